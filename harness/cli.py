@@ -1,0 +1,57 @@
+"""The `harness` command line. Each lifecycle stage registers its verbs from its own
+module (cli_<stage>.py); this file only assembles them and turns user errors into one
+clear line on stderr with a non-zero exit code."""
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from .errors import UserError
+
+app = typer.Typer(
+    name="harness",
+    help="Draft, compile, test, gate and promote CuTe DSL kernels for the Kimi K3 decode path.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# One module per lifecycle stage; a stage whose module is absent is simply not offered.
+_STAGES = ("cli_ops", "cli_model", "cli_kernels", "cli_gates", "cli_optimize", "cli_dashboard", "cli_selftest")
+for _name in _STAGES:
+    try:
+        _mod = importlib.import_module(f"harness.{_name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"harness.{_name}":
+            raise
+        continue
+    _mod.register(app)
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        app(args=argv, standalone_mode=False)
+    except UserError as exc:
+        print(f"harness: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        print("harness: aborted", file=sys.stderr)
+        sys.exit(130)
+    except KeyboardInterrupt:
+        print("harness: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors are ClickException
+        import click
+
+        if isinstance(exc, click.ClickException):
+            print(f"harness: error: {exc.format_message()}", file=sys.stderr)
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":
+    main()
