@@ -1,0 +1,366 @@
+"""Kernel registry: the one place where the K3 decode path chooses kernel or reference.
+
+Every op call site of the decoder calls `run(op, inputs, tp=..., site=...)`. The call goes
+to a promoted kernel when the kernel's declared scope covers it (arch, TP, batch range,
+dtype, state dtype, named shape) and the op is not switched off (env
+HARNESS_DISABLE_KERNELS=all|op1,op2, or `disable(...)`); otherwise to the op's fp32
+reference. Every call increments one counter (op, outcome, reason), so a test, the
+numerics gate and `harness trace` can prove which path ran and why it was left.
+
+Promoted kernels come from kernels_generated/promoted.json, a list of
+{"op", "candidate", "scope"}; a candidate is compiled through an injected loader
+`load_compiled(candidate_dir, arch, tp, **static) -> callable(**tensors)` that writes
+outputs (and STATE tensors) in place. Importable without a GPU, CuTe DSL or pydantic.
+"""
+from __future__ import annotations
+
+import contextlib
+import enum
+import json
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+
+ENV_DISABLE = "HARNESS_DISABLE_KERNELS"
+
+KernelFn = Callable[..., None]                   # fn(**inputs, **outputs): writes in place
+Loader = Callable[..., KernelFn]                 # load_compiled(candidate_dir, arch, tp, **static)
+
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32",
+                torch.int32: "int32", torch.int64: "int64", torch.uint8: "uint8"}
+_ARCH_BY_CAPABILITY = {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}
+
+
+class Outcome(str, enum.Enum):
+    KERNEL = "kernel"
+    FALLBACK = "fallback"
+
+
+class Reason(str, enum.Enum):
+    IN_SCOPE = "in_scope"
+    NO_KERNEL = "no_kernel"
+    DISABLED = "disabled"
+    ARCH = "arch"
+    TP = "tp"
+    BATCH = "batch"
+    DTYPE = "dtype"
+    SHAPE = "shape"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class TraceKey:
+    op: str
+    outcome: Outcome
+    reason: Reason
+
+
+@dataclass(frozen=True)
+class KernelScope:
+    """Where a kernel may run (candidate.json "scope"). Empty tuples mean "any"."""
+
+    archs: tuple[str, ...]
+    tp: tuple[int, ...]
+    batch: tuple[int, int]                       # inclusive range
+    dtypes: tuple[str, ...] = ("bf16",)
+    state_dtypes: tuple[str, ...] = ()
+    shapes: tuple[str, ...] = ()
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "KernelScope":
+        lo, hi = d.get("batch", (1, 64))
+        return cls(archs=tuple(d.get("archs", ())), tp=tuple(int(t) for t in d.get("tp", ())),
+                   batch=(int(lo), int(hi)), dtypes=tuple(d.get("dtypes", ())),
+                   state_dtypes=tuple(d.get("state_dtypes", ())), shapes=tuple(d.get("shapes", ())))
+
+
+@dataclass
+class KernelEntry:
+    """One promoted kernel: either a ready callable (tests) or a candidate folder to load."""
+
+    op: str
+    candidate: str
+    scope: KernelScope
+    fn: KernelFn | None = None
+    candidate_dir: Path | None = None
+    _compiled: dict[tuple, KernelFn | BaseException] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """What the registry reads off one call to test it against a scope."""
+
+    arch: str
+    tp: int
+    batch: int
+    dtype: str
+    state_dtype: str
+    static: tuple[tuple[str, str], ...]
+
+
+def device_arch(device: torch.device) -> str:
+    """"cpu" on the host; else the CUTLASS target arch of the GPU (sm_90a on H100/H200)."""
+    if device.type != "cuda":
+        return device.type
+    cap = torch.cuda.get_device_capability(device)
+    return _ARCH_BY_CAPABILITY.get(cap, f"sm_{cap[0]}{cap[1]}")
+
+
+def _env_disabled() -> frozenset[str]:
+    raw = os.environ.get(ENV_DISABLE, "").strip()
+    return frozenset(p.strip() for p in raw.split(",") if p.strip())
+
+
+def _default_loader(candidate_dir: Path, arch: str, tp: int, **static: str) -> KernelFn:
+    from harness.toolchain import load_compiled  # noqa: PLC0415 - optional dependency, GPU side
+
+    return load_compiled(candidate_dir, arch, tp, **static)
+
+
+class Registry:
+    def __init__(self, loader: Loader | None = None) -> None:
+        self._loader: Loader = loader or _default_loader
+        self._kernels: dict[str, KernelEntry] = {}
+        self._disabled: set[str] = set()
+        self._counts: Counter[TraceKey] = Counter()
+        self._errors: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    # ---- what is registered ---------------------------------------------------------
+    def register(self, op: str, scope: KernelScope, fn: KernelFn | None = None, *,
+                 candidate: str = "direct", candidate_dir: Path | None = None) -> None:
+        if fn is None and candidate_dir is None:
+            raise ValueError("register needs a callable or a candidate folder")
+        self._kernels[op] = KernelEntry(op, candidate, scope, fn, candidate_dir)
+
+    def unregister(self, op: str) -> None:
+        self._kernels.pop(op, None)
+
+    def load_manifest(self, manifest: Path, kernels_dir: Path | None = None) -> int:
+        """Register every entry of promoted.json; returns how many. Missing file = none."""
+        if not manifest.is_file():
+            return 0
+        entries = json.loads(manifest.read_text())
+        base = kernels_dir or manifest.parent
+        for e in entries:
+            self.register(e["op"], KernelScope.from_json(e["scope"]), candidate=e["candidate"],
+                          candidate_dir=base / e["op"] / e["candidate"])
+        return len(entries)
+
+    def kernels(self) -> dict[str, KernelEntry]:
+        return dict(self._kernels)
+
+    # ---- kill switch ----------------------------------------------------------------
+    def disable(self, *ops: str) -> None:
+        """Switch kernels off: op names, or "all"."""
+        self._disabled.update(ops)
+
+    def enable(self, *ops: str) -> None:
+        """Undo `disable` for these ops ("all" clears everything set by the API)."""
+        if "all" in ops:
+            self._disabled.clear()
+        self._disabled.difference_update(ops)
+
+    def is_disabled(self, op: str) -> bool:
+        off = self._disabled | _env_disabled()
+        return "all" in off or op in off
+
+    @contextlib.contextmanager
+    def disabled(self, *ops: str) -> Iterator[None]:
+        before = set(self._disabled)
+        self.disable(*(ops or ("all",)))
+        try:
+            yield
+        finally:
+            self._disabled = before
+
+    # ---- counters -------------------------------------------------------------------
+    def counters(self) -> dict[TraceKey, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def errors(self) -> dict[str, str]:
+        return dict(self._errors)
+
+    def reset_counters(self) -> None:
+        with self._lock:
+            self._counts.clear()
+            self._errors.clear()
+
+    def _count(self, op: str, outcome: Outcome, reason: Reason) -> None:
+        with self._lock:
+            self._counts[TraceKey(op, outcome, reason)] += 1
+
+    # ---- dispatch -------------------------------------------------------------------
+    def run(self, op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, site: str = "",
+            **static: str) -> dict[str, torch.Tensor]:
+        """Outputs of `op` on `inputs` (STATE tensors included under their input names).
+        `static` names the op's static key beyond TP (e.g. shape="kda_in_proj")."""
+        import reference_impls  # noqa: PLC0415 - reference_impls imports harness.opdef
+
+        defn = reference_impls.get(op)
+        entry = self._kernels.get(op)
+        if entry is None:
+            return self._fallback(defn, op, inputs, Reason.NO_KERNEL)
+        if self.is_disabled(op):
+            return self._fallback(defn, op, inputs, Reason.DISABLED)
+        info = _call_info(defn, inputs, tp, static)
+        reason, point = _scope_check(defn, entry.scope, info, inputs)
+        if reason is not None:
+            return self._fallback(defn, op, inputs, reason)
+        try:
+            fn = self._compiled(entry, info)
+            outs = defn.alloc_outputs(point, device=str(next(iter(inputs.values())).device))
+            fn(**inputs, **outs)
+        except Exception as exc:  # a broken kernel must never take the decode path down
+            self._errors[op] = f"{site or op}: {type(exc).__name__}: {exc}"
+            return self._fallback(defn, op, inputs, Reason.ERROR)
+        self._count(op, Outcome.KERNEL, Reason.IN_SCOPE)
+        from harness.opdef import Role  # noqa: PLC0415
+
+        outs.update({s.name: inputs[s.name] for s in defn.inputs if s.role is Role.STATE})
+        return outs
+
+    def _fallback(self, defn, op: str, inputs: Mapping[str, torch.Tensor], reason: Reason):
+        self._count(op, Outcome.FALLBACK, reason)
+        return defn.run_reference(inputs)
+
+    def _compiled(self, entry: KernelEntry, info: CallInfo) -> KernelFn:
+        if entry.fn is not None:
+            return entry.fn
+        key = (info.arch, info.tp, info.static)
+        got = entry._compiled.get(key)
+        if got is None:
+            try:
+                got = self._loader(entry.candidate_dir, info.arch, info.tp, **dict(info.static))
+            except Exception as exc:  # remembered: a failed compile is not retried per call
+                got = exc
+            entry._compiled[key] = got
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+
+def _call_info(defn, inputs: Mapping[str, torch.Tensor], tp: int, static: Mapping[str, str]) -> CallInfo:
+    from harness.opdef import Role  # noqa: PLC0415
+
+    batch, dtype, state_dtype = 0, "", ""
+    for spec in defn.inputs:
+        t = inputs.get(spec.name)
+        if t is None:
+            continue
+        if not batch and "B" in spec.shape:
+            batch = int(t.shape[spec.shape.index("B")])
+        if not dtype and spec.role is Role.ACTIVATION:
+            dtype = _DTYPE_NAMES.get(t.dtype, str(t.dtype))
+        if spec.role is Role.STATE and (spec.name == "state" or not state_dtype):
+            state_dtype = _DTYPE_NAMES.get(t.dtype, str(t.dtype))
+    st = dict(static)
+    if len(defn.state_dtypes) > 1 and state_dtype:
+        st.setdefault("state_dtype", state_dtype)
+    device = next(iter(inputs.values())).device
+    return CallInfo(device_arch(device), tp, batch, dtype, state_dtype, tuple(sorted(st.items())))
+
+
+def _scope_check(defn, scope: KernelScope, info: CallInfo, inputs: Mapping[str, torch.Tensor]):
+    """(None, point) when the call is inside `scope`, else (reason, None)."""
+    from harness.opdef import Point  # noqa: PLC0415
+
+    if scope.archs and info.arch not in scope.archs:
+        return Reason.ARCH, None
+    if scope.tp and info.tp not in scope.tp:
+        return Reason.TP, None
+    if not scope.batch[0] <= info.batch <= scope.batch[1]:
+        return Reason.BATCH, None
+    if scope.dtypes and info.dtype not in scope.dtypes:
+        return Reason.DTYPE, None
+    static = dict(info.static)
+    if scope.state_dtypes and info.state_dtype not in scope.state_dtypes:
+        return Reason.DTYPE, None
+    shape_name = static.get("shape", "")
+    if scope.shapes and shape_name not in scope.shapes:
+        return Reason.SHAPE, None
+    # The tensors must have the op's true per-rank shapes (a tiny test model never does).
+    try:
+        kw = dict(batch=info.batch, tp=info.tp, shape=shape_name,
+                  state_dtype=info.state_dtype if info.state_dtype in defn.state_dtypes else defn.state_dtypes[0])
+        p1, p2 = Point(context=1, **kw), Point(context=2, **kw)
+        s1, s2 = defn.shapes(p1), defn.shapes(p2)
+    except Exception:
+        return Reason.SHAPE, None
+    for spec in defn.inputs:
+        t = inputs.get(spec.name)
+        if t is None:
+            return Reason.SHAPE, None
+        want, alt = s1[spec.name], s2[spec.name]
+        got = tuple(t.shape)
+        if len(got) != len(want) or any(g != w for g, w, a in zip(got, want, alt) if w == a):
+            return Reason.SHAPE, None
+    context = _context_of(defn, inputs, s1, s2)
+    return None, Point(context=max(context, 1), **kw)
+
+
+def _context_of(defn, inputs, s1, s2) -> int:
+    """The context length L of the call: the dim that changes between context 1 and 2."""
+    for spec in defn.inputs:
+        for i, (a, b) in enumerate(zip(s1[spec.name], s2[spec.name])):
+            if a != b:
+                return int(inputs[spec.name].shape[i])
+    return 0
+
+
+# ---- the process-wide registry the decoder uses -------------------------------------
+_default: Registry | None = None
+
+
+def default() -> Registry:
+    """The registry of this process, with kernels_generated/promoted.json loaded once."""
+    global _default
+    if _default is None:
+        from harness import paths  # noqa: PLC0415
+
+        reg = Registry()
+        reg.load_manifest(paths.promoted_manifest(), paths.kernels_dir())
+        _default = reg
+    return _default
+
+
+def set_default(reg: Registry | None) -> None:
+    global _default
+    _default = reg
+
+
+def run(op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, site: str = "", **static: str):
+    return default().run(op, inputs, tp=tp, site=site, **static)
+
+
+def disable(*ops: str) -> None:
+    default().disable(*ops)
+
+
+def enable(*ops: str) -> None:
+    default().enable(*ops)
+
+
+def counters() -> dict[TraceKey, int]:
+    return default().counters()
+
+
+def reset_counters() -> None:
+    default().reset_counters()
+
+
+def counter_rows(counts: Mapping[TraceKey, int]) -> list[dict[str, Any]]:
+    """Counters as JSON rows, sorted by op then outcome then reason."""
+    rows = [{"op": k.op, "outcome": k.outcome.value, "reason": k.reason.value, "count": n}
+            for k, n in counts.items()]
+    return sorted(rows, key=lambda r: (r["op"], r["outcome"], r["reason"]))
+
+
+def rows_to_counters(rows: list[Mapping[str, Any]]) -> dict[TraceKey, int]:
+    return {TraceKey(r["op"], Outcome(r["outcome"]), Reason(r["reason"])): int(r["count"]) for r in rows}

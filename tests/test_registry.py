@@ -1,0 +1,161 @@
+"""Registry dispatch: scope checks, fallback reasons, counters, kill switch, error fallback.
+
+The "kernel" is a test-only Python callable (the contract of a compiled kernel: it writes
+the output buffers it is given) that marks what it did, so the test sees which path ran.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import reference_impls
+from harness import registry as reg_mod
+from harness.opdef import Point
+from harness.registry import KernelScope, Outcome, Reason, Registry, TraceKey
+
+OP = "moe_router"
+DEFN = reference_impls.get(OP)
+CPU_SCOPE = KernelScope(archs=("cpu",), tp=(8,), batch=(1, 4), dtypes=("bf16",))
+
+
+def _inputs(batch: int, dtype=torch.bfloat16):
+    gen = torch.Generator().manual_seed(batch)
+    inp = DEFN.make_inputs(Point(batch=batch), gen, "cpu")
+    inp["x"] = inp["x"].to(dtype)
+    return inp
+
+
+class MarkingKernel:
+    """Writes the reference answer into the outputs and weight 0.5 into slot 0 as a mark."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, x, router_weight, e_score_bias, topk_weights, topk_ids) -> None:
+        self.calls += 1
+        ref = DEFN.reference(x, router_weight, e_score_bias)
+        topk_weights.copy_(ref["topk_weights"])
+        topk_weights[:, 0] = 0.5
+        topk_ids.copy_(ref["topk_ids"])
+
+
+def _key(outcome: Outcome, reason: Reason) -> TraceKey:
+    return TraceKey(OP, outcome, reason)
+
+
+def test_no_kernel_runs_reference_and_counts():
+    reg = Registry()
+    inp = _inputs(2)
+    out = reg.run(OP, inp, tp=8)
+    ref = DEFN.run_reference(inp)
+    assert torch.equal(out["topk_ids"], ref["topk_ids"])
+    assert reg.counters() == {_key(Outcome.FALLBACK, Reason.NO_KERNEL): 1}
+
+
+def test_in_scope_dispatches_to_kernel():
+    reg, k = Registry(), MarkingKernel()
+    reg.register(OP, CPU_SCOPE, k)
+    out = reg.run(OP, _inputs(3), tp=8)
+    assert k.calls == 1 and torch.all(out["topk_weights"][:, 0] == 0.5)
+    assert reg.counters() == {_key(Outcome.KERNEL, Reason.IN_SCOPE): 1}
+
+
+@pytest.mark.parametrize("case, reason", [
+    ("batch", Reason.BATCH), ("tp", Reason.TP), ("dtype", Reason.DTYPE), ("arch", Reason.ARCH),
+    ("shape", Reason.SHAPE)])
+def test_out_of_scope_falls_back_with_reason(case, reason):
+    reg, k = Registry(), MarkingKernel()
+    scope = CPU_SCOPE
+    inp, tp = _inputs(2), 8
+    if case == "batch":
+        inp = _inputs(8)
+    elif case == "tp":
+        tp = 16
+    elif case == "dtype":
+        inp = _inputs(2, torch.float16)
+    elif case == "arch":
+        scope = KernelScope(archs=("sm_90a",), tp=(8,), batch=(1, 4))
+    elif case == "shape":
+        inp["x"] = inp["x"][:, :1024].contiguous()
+        inp["router_weight"] = inp["router_weight"][:, :1024].contiguous()
+    reg.register(OP, scope, k)
+    out = reg.run(OP, inp, tp=tp)
+    assert k.calls == 0
+    assert not torch.any(out["topk_weights"][:, 0] == 0.5)
+    assert reg.counters() == {_key(Outcome.FALLBACK, reason): 1}
+
+
+def test_kill_switch_env_and_api(monkeypatch):
+    reg, k = Registry(), MarkingKernel()
+    reg.register(OP, CPU_SCOPE, k)
+    monkeypatch.setenv(reg_mod.ENV_DISABLE, "rmsnorm,moe_router")
+    reg.run(OP, _inputs(1), tp=8)
+    monkeypatch.setenv(reg_mod.ENV_DISABLE, "all")
+    reg.run(OP, _inputs(1), tp=8)
+    monkeypatch.setenv(reg_mod.ENV_DISABLE, "rmsnorm")
+    reg.run(OP, _inputs(1), tp=8)                        # another op off: this one runs
+    monkeypatch.delenv(reg_mod.ENV_DISABLE)
+    reg.disable(OP)
+    reg.run(OP, _inputs(1), tp=8)
+    with reg.disabled():
+        reg.run(OP, _inputs(1), tp=8)
+    reg.enable(OP)
+    reg.run(OP, _inputs(1), tp=8)
+    assert k.calls == 2
+    assert reg.counters() == {_key(Outcome.FALLBACK, Reason.DISABLED): 4, _key(Outcome.KERNEL, Reason.IN_SCOPE): 2}
+
+
+def test_raising_kernel_falls_back_with_error():
+    reg = Registry()
+
+    def broken(**tensors):
+        raise RuntimeError("illegal memory access")
+
+    reg.register(OP, CPU_SCOPE, broken)
+    inp = _inputs(2)
+    out = reg.run(OP, inp, tp=8, site="layer3.router")
+    assert torch.equal(out["topk_ids"], DEFN.run_reference(inp)["topk_ids"])
+    assert reg.counters() == {_key(Outcome.FALLBACK, Reason.ERROR): 1}
+    assert "illegal memory access" in reg.errors()[OP] and "layer3.router" in reg.errors()[OP]
+
+
+def test_manifest_loads_candidates_through_injected_loader(tmp_path):
+    seen = []
+    k = MarkingKernel()
+
+    def loader(candidate_dir, arch, tp, **static):
+        seen.append((candidate_dir.name, arch, tp))
+        if candidate_dir.name == "bad":
+            raise RuntimeError("compile failed")
+        return k
+
+    scope = {"archs": ["cpu"], "tp": [8], "batch": [1, 64], "dtypes": ["bf16"]}
+    manifest = tmp_path / "promoted.json"
+    manifest.write_text(json.dumps([{"op": OP, "candidate": "abc123", "scope": scope}]))
+    reg = Registry(loader=loader)
+    assert reg.load_manifest(manifest) == 1
+    reg.run(OP, _inputs(1), tp=8)
+    reg.run(OP, _inputs(2), tp=8)
+    assert seen == [("abc123", "cpu", 8)] and k.calls == 2          # compiled once, cached
+
+    manifest.write_text(json.dumps([{"op": OP, "candidate": "bad", "scope": scope}]))
+    reg = Registry(loader=loader)
+    reg.load_manifest(manifest)
+    reg.run(OP, _inputs(1), tp=8)
+    reg.run(OP, _inputs(1), tp=8)
+    assert [s[0] for s in seen].count("bad") == 1                   # a failed compile is not retried
+    assert reg.counters() == {_key(Outcome.FALLBACK, Reason.ERROR): 2}
+
+
+def test_missing_toolchain_is_an_error_fallback_not_a_crash(tmp_path):
+    reg = Registry(loader=lambda *a, **kw: (_ for _ in ()).throw(ModuleNotFoundError("harness.toolchain")))
+    reg.register(OP, CPU_SCOPE, candidate="x", candidate_dir=tmp_path)
+    reg.run(OP, _inputs(1), tp=8)
+    assert reg.counters() == {_key(Outcome.FALLBACK, Reason.ERROR): 1}
+
+
+def test_counter_rows_round_trip():
+    counts = {_key(Outcome.KERNEL, Reason.IN_SCOPE): 3, _key(Outcome.FALLBACK, Reason.BATCH): 1}
+    assert reg_mod.rows_to_counters(json.loads(json.dumps(reg_mod.counter_rows(counts)))) == counts
