@@ -1,0 +1,121 @@
+"""Kernel families: jinja2 kernel templates with a declared parameter space.
+
+Contract (docs/ARCHITECTURE.md, "Kernel families"):
+    prompts/kernels/<op>/<family>.py.j2       the kernel.py template; parameters are jinja variables
+    prompts/kernels/<op>/<family>.space.json  {"params": {name: [values, ...]},     ordered: neighbours are adjacent
+                                               "constraints": ["jinja expr", ...],  all must be true
+                                               "default": {name: value},            optional start point
+                                               "scope": {...},                      optional narrower scope
+                                               "doc": "one line"}
+Rendering is sandboxed jinja2 with StrictUndefined: a template that names a parameter the
+space does not declare fails loudly instead of rendering an empty string.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+
+Params = dict[str, Any]
+
+
+def _env():
+    from jinja2 import StrictUndefined
+    from jinja2.sandbox import SandboxedEnvironment
+
+    return SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True,
+                                trim_blocks=False, lstrip_blocks=False)
+
+
+def params_key(family: str, params: Params) -> str:
+    """Stable identity of one configuration."""
+    return family + ":" + json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Family:
+    op: str
+    name: str
+    template_path: Path
+    params: dict[str, list]
+    constraints: tuple[str, ...] = ()
+    default: Params = field(default_factory=dict)
+    scope: dict[str, Any] = field(default_factory=dict)
+    doc: str = ""
+
+    @cached_property
+    def _checks(self):
+        env = _env()
+        return [env.compile_expression(c, undefined_to_none=False) for c in self.constraints]
+
+    def feasible(self, params: Params) -> bool:
+        if set(params) != set(self.params) or any(params[k] not in v for k, v in self.params.items()):
+            return False
+        try:
+            return all(bool(chk(**params)) for chk in self._checks)
+        except Exception:   # a constraint that cannot be evaluated rules the point out
+            return False
+
+    def configs(self) -> list[Params]:
+        """Every feasible configuration, in declaration order."""
+        names = list(self.params)
+        out = []
+        for values in itertools.product(*(self.params[n] for n in names)):
+            p = dict(zip(names, values))
+            if self.feasible(p):
+                out.append(p)
+        return out
+
+    def neighbours(self, params: Params) -> list[Params]:
+        """Feasible configurations one step away along one parameter's ordered list."""
+        out = []
+        for name, values in self.params.items():
+            i = values.index(params[name])
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(values):
+                    q = dict(params, **{name: values[j]})
+                    if self.feasible(q):
+                        out.append(q)
+        return out
+
+    def start(self) -> Params | None:
+        if self.default and self.feasible(self.default):
+            return dict(self.default)
+        cfgs = self.configs()
+        return cfgs[len(cfgs) // 2] if cfgs else None
+
+    def render(self, params: Params) -> str:
+        if not self.feasible(params):
+            raise ValueError(f"{self.name}: {params} is not in the declared space")
+        tpl = _env().from_string(self.template_path.read_text())
+        return tpl.render(**params, params=dict(params), family=self.name, op=self.op)
+
+
+def load_family(template_path: Path, op: str) -> Family:
+    name = template_path.name[: -len(".py.j2")]
+    space_path = template_path.with_name(f"{name}.space.json")
+    if not space_path.is_file():
+        raise UserError(f"kernel family {template_path}: no {space_path.name} beside it")
+    try:
+        space = json.loads(space_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{space_path}: invalid JSON ({exc.msg} at line {exc.lineno})") from None
+    params = space.get("params")
+    if not isinstance(params, dict) or not params or not all(isinstance(v, list) and v for v in params.values()):
+        raise UserError(f"{space_path}: 'params' must map each name to a non-empty list of values")
+    return Family(op=op, name=name, template_path=template_path, params=params,
+                  constraints=tuple(space.get("constraints", ())), default=dict(space.get("default", {})),
+                  scope=dict(space.get("scope", {})), doc=str(space.get("doc", "")))
+
+
+def load_families(op: str, prompts_root: Path) -> list[Family]:
+    """Every family of `op` under prompts_root/kernels/<op>/ (sorted by name)."""
+    folder = prompts_root / "kernels" / op
+    if not folder.is_dir():
+        return []
+    return [load_family(p, op) for p in sorted(folder.glob("*.py.j2"))]
