@@ -1,0 +1,147 @@
+"""GPU timing per docs/fast_track_gates.md section 4.
+
+- CUDA-graph replay of many calls (launch overhead amortised the way the decode path sees it);
+- inputs and weights rotated through enough copies that the rotation exceeds L2 by a factor
+  (60 MB on H200), so no call is served from cache;
+- warm-up before capture; the median of repeated replays and the spread (p10..p90);
+- several implementations measured interleaved in one process on one GPU, in the order
+  A B B A (ABC CBA for three), so that drift (clocks, temperature) hits all alike;
+- the roofline fraction from the op's byte formula over a bandwidth measured on the same
+  GPU in the same run (a device-to-device copy).
+
+The pure parts (statistics, rotation sizing, interleave order) run on the CPU; everything
+that touches torch.cuda is imported and called only on a GPU machine.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+L2_ROTATION_FACTOR = 3.0     # rotated bytes >= 3 x L2: each call's data was evicted since its last use
+MAX_COPIES = 64
+COPY_BENCH_BYTES = 512 * 2**20
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    median_us: float
+    p10_us: float
+    p90_us: float
+    min_us: float
+    spread_pct: float            # (p90 - p10) / median * 100
+    n_samples: int
+
+    def as_dict(self) -> dict[str, float]:
+        return {"median_us": self.median_us, "p10_us": self.p10_us, "p90_us": self.p90_us,
+                "min_us": self.min_us, "spread_pct": self.spread_pct, "n_samples": self.n_samples}
+
+
+def _quantile(sorted_vals: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile of already sorted values."""
+    if not sorted_vals:
+        raise ValueError("no samples")
+    pos = (len(sorted_vals) - 1) * q
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+def summarize(samples_us: Sequence[float]) -> TimingStats:
+    """Median, p10, p90, min and relative spread of per-call times (us)."""
+    s = sorted(float(x) for x in samples_us)
+    med = statistics.median(s)
+    p10, p90 = _quantile(s, 0.1), _quantile(s, 0.9)
+    return TimingStats(med, p10, p90, s[0], (p90 - p10) / med * 100 if med > 0 else 0.0, len(s))
+
+
+def rotation_copies(bytes_per_set: int, l2_bytes: int, factor: float = L2_ROTATION_FACTOR,
+                    max_copies: int = MAX_COPIES) -> int:
+    """How many copies of one call's inputs+weights to rotate through so that the rotation
+    spans >= factor x L2 (at least 2, at most max_copies; when max_copies cannot reach the
+    target, the caller learns it from rotation_bytes / l2_bytes)."""
+    if bytes_per_set <= 0:
+        raise ValueError("bytes_per_set must be > 0")
+    return max(2, min(max_copies, math.ceil(factor * l2_bytes / bytes_per_set)))
+
+
+def interleave_order(n_impls: int, rounds: int) -> list[int]:
+    """A B B A ...: each round runs the implementations forward then backward, so every
+    implementation has the same mean position in time. n_impls=2, rounds=1 -> [0, 1, 1, 0]."""
+    if n_impls < 1 or rounds < 1:
+        raise ValueError("need n_impls >= 1 and rounds >= 1")
+    fwd = list(range(n_impls))
+    return (fwd + fwd[::-1]) * rounds
+
+
+def roofline_fraction(min_bytes: int, bandwidth_bytes_per_s: float, time_us: float) -> float:
+    """(bytes / measured bandwidth) / measured time: 1.0 is the HBM floor; > 1 is suspect."""
+    if time_us <= 0 or bandwidth_bytes_per_s <= 0:
+        return float("nan")
+    return (min_bytes / bandwidth_bytes_per_s) / (time_us * 1e-6)
+
+
+# ---- GPU side ------------------------------------------------------------------------
+def measure_bandwidth(n_bytes: int = COPY_BENCH_BYTES, repeats: int = 20) -> float:
+    """Device-to-device copy bandwidth in bytes/s (read + write counted), median of repeats."""
+    import torch
+
+    src = torch.empty(n_bytes // 4, dtype=torch.float32, device="cuda").fill_(1.0)
+    dst = torch.empty_like(src)
+    for _ in range(3):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        dst.copy_(src)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e-3)
+    del src, dst
+    return 2 * n_bytes / statistics.median(times)
+
+
+def capture_graph(fn: Callable[[int], None], n_sets: int, calls: int, warmup: int = 3):
+    """Warm `fn(set_index)` up on a side stream, then capture `calls` calls cycling through
+    the sets into one CUDA graph."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(warmup):
+            fn(i % n_sets)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(calls):
+            fn(i % n_sets)
+    torch.cuda.synchronize()
+    return g
+
+
+def time_interleaved(impls: dict[str, Callable[[int], None]], n_sets: int, calls_per_graph: int = 100,
+                     rounds: int = 10, warmup: int = 3) -> dict[str, TimingStats]:
+    """Time each implementation `fn(set_index)` by CUDA-graph replay, interleaved A B B A.
+    Each replay runs calls_per_graph calls; a sample is replay time / calls (us per call)."""
+    import torch
+
+    names = list(impls)
+    graphs = {n: capture_graph(impls[n], n_sets, calls_per_graph, warmup) for n in names}
+    for n in names:                    # one untimed replay each: first-replay upload costs
+        graphs[n].replay()
+    torch.cuda.synchronize()
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for idx in interleave_order(len(names), rounds):
+        n = names[idx]
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graphs[n].replay()
+        b.record()
+        b.synchronize()
+        samples[n].append(a.elapsed_time(b) * 1e3 / calls_per_graph)
+    del graphs
+    return {n: summarize(v) for n, v in samples.items()}
