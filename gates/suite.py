@@ -1,0 +1,69 @@
+"""Running a set of gates, and re-deriving a recorded verdict from its recorded numbers.
+
+`recheck` is how promotion and CI refuse a forged record: a PASS is accepted only when the
+gate's own decision function, fed the numbers in the record and the frozen config, and the
+points required by the candidate's scope on disk, also says PASS.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import ALL_GATES, GPU_GATES, GateContext, GateName, GateResult, Verdict, runner, timed
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:
+        return False
+
+
+def run_gates(ctx: GateContext, only: list[GateName] | None = None, on_done=None) -> list[GateResult]:
+    """Run the chosen gates in their fixed order. Without a GPU the GPU gates are reported
+    NOT_RUN (never passed), except numerics_model's CPU smoke on the tiny config."""
+    chosen = [g for g in ALL_GATES if only is None or g in only]
+    has_gpu = gpu_available()
+    results = []
+    for g in chosen:
+        if g in GPU_GATES and not has_gpu and not (g is GateName.NUMERICS_MODEL and ctx.model_config == "tiny"):
+            res = GateResult(g.value, Verdict.NOT_RUN, ["needs a CUDA GPU (none on this machine)"])
+        else:
+            res = timed(g, runner(g), ctx)
+        results.append(res)
+        if on_done:
+            on_done(res)
+    return results
+
+
+def recheck(gate: str, numbers: dict[str, Any], op: str, scope, config) -> list[str]:
+    """Problems with a recorded PASS: what the gate's decision says on the recorded numbers."""
+    import reference_impls
+
+    from . import numerics_model, numerics_unit, perf_sweep, static
+    from . import scope as scope_gate
+    from .points import key, scope_points
+
+    g = GateName(gate)
+    if g is GateName.ISOLATION:
+        bad = list(numbers.get("outside_paths", ["<missing>"])) + list(numbers.get("frozen_paths_changed", []))
+        if not numbers.get("base_commit"):
+            bad.append("<no base commit>")
+        return [f"isolation numbers do not support a pass: {', '.join(bad)}"] if bad else []
+    if g is GateName.STATIC:
+        verdict, reasons = static.decide(numbers)
+    elif g is GateName.SCOPE:
+        verdict, reasons = scope_gate.decide(numbers, list(scope.archs), list(scope.tp))
+    else:
+        required = [key(p) for p in scope_points(reference_impls.get(op), scope)]
+        if g is GateName.NUMERICS_UNIT:
+            verdict, reasons = numerics_unit.decide(numbers.get("samples", []), required,
+                                                    int(config.get("numerics_unit", "sets_per_shape")))
+        elif g is GateName.NUMERICS_MODEL:
+            verdict, reasons = numerics_model.decide(numbers.get("runs", []), config)
+            if numbers.get("model_config") in (None, "tiny"):
+                reasons.append("numerics_model ran on the tiny smoke config")
+        else:
+            verdict, reasons, _ = perf_sweep.decide(numbers.get("points", []), numbers.get("layer"), required, config)
+    return [f"{gate} numbers do not support a pass: {r}" for r in reasons[:5]] if reasons or verdict is not Verdict.PASS else []

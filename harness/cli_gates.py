@@ -1,0 +1,189 @@
+"""`harness gate`, `harness promote`, `harness demote`, `harness ci verify|promote`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from .errors import UserError
+from .output import console, print_json
+
+
+def _resolve(op: str, ref: str) -> tuple[Path, str]:
+    """(root, candidate id): an exact folder name is taken as is (so a folder whose content
+    no longer matches its id still reaches the gates and fails there); else a unique prefix."""
+    import reference_impls
+
+    from . import paths
+
+    try:
+        reference_impls.get(op)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    root = paths.root()
+    folder = Path(ref)
+    if not folder.is_dir():
+        folder = root / "kernels_generated" / op / ref
+    if not folder.is_dir():
+        base = root / "kernels_generated" / op
+        hits = sorted(p for p in base.glob(f"{ref}*") if p.is_dir()) if base.is_dir() and ref else []
+        if len(hits) != 1:
+            raise UserError(f"candidate '{ref}' of {op}: {'matches several candidates' if hits else 'not found'}")
+        folder = hits[0]
+    folder = folder.resolve()
+    if folder.parent != (root / "kernels_generated" / op).resolve():
+        raise UserError(f"{folder} is not under kernels_generated/{op}/")
+    return root, folder.name
+
+
+def _parse_only(only: Optional[str]):
+    from gates import GateName
+
+    if not only:
+        return None
+    out = []
+    for name in only.split(","):
+        try:
+            out.append(GateName(name.strip()))
+        except ValueError:
+            raise UserError(f"unknown gate '{name.strip()}' (choose from {', '.join(g.value for g in GateName)})") from None
+    return out
+
+
+_STYLE = {"pass": "green", "fail": "red", "error": "red", "not_run": "yellow"}
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("gate")
+    def gate(op: str = typer.Argument(..., help="Op name, e.g. moe_router."),
+             candidate: str = typer.Argument(..., help="Candidate id (or unique prefix, or folder)."),
+             only: Optional[str] = typer.Option(None, "--only", help="Comma-separated gates (default: all)."),
+             base: Optional[str] = typer.Option(None, "--base", help="Base commit for isolation (default: merge-base with main)."),
+             model_config: str = typer.Option("tiny", "--model-config", help="K3 config for numerics_model (tiny is a CPU smoke)."),
+             write: bool = typer.Option(True, "--write/--no-write", help="Write the evidence record."),
+             json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """Run the fast-track gates on a candidate and write an evidence record. Without a GPU
+        the GPU gates are reported NOT_RUN, never passed. Exit 1 if any gate failed."""
+        from gates import GateContext
+        from gates.config import GateConfig, config_path
+        from gates.suite import run_gates
+
+        from . import evidence as ev
+
+        root, cid = _resolve(op, candidate)
+        chosen = _parse_only(only)
+        config = GateConfig.from_bytes(config_path(root).read_bytes())
+        ctx = GateContext(op=op, candidate_id=cid, root=root, config=config, base=base, model_config=model_config)
+        if json_out:
+            results = run_gates(ctx, chosen)
+        else:
+            from rich.progress import Progress
+
+            with Progress(console=console(), transient=True) as prog:
+                task = prog.add_task(f"gating {op}/{cid}", total=len(chosen or range(6)))
+                results = run_gates(ctx, chosen, on_done=lambda r: prog.advance(task))
+        iso = next((r for r in results if r.gate == "isolation"), None)
+        rec = ev.build(root, op, cid, results, config.version,
+                       base_commit=str(iso.numbers.get("base_commit", "")) if iso else "",
+                       head_commit=_head(root))
+        path = ev.write(rec, root) if write else None
+        if json_out:
+            print_json({"record": str(path) if path else None, **rec.to_dict()})
+        else:
+            c = console()
+            for r in results:
+                c.print(f"[{_STYLE[r.verdict.value]}]{r.verdict.value.upper():8}[/] {r.gate:15} {r.duration_s:7.2f} s")
+                for reason in r.reasons[:8]:
+                    c.print(f"         {reason}", markup=False)
+            c.print(f"evidence: {path}" if path else "evidence not written (--no-write)")
+        if any(r.verdict.value in ("fail", "error") for r in results):
+            raise typer.Exit(1)
+
+    @app.command("promote")
+    def promote_cmd(op: str = typer.Argument(..., help="Op name."),
+                    candidate: str = typer.Argument(..., help="Candidate id (or unique prefix)."),
+                    commit: bool = typer.Option(True, "--commit/--no-commit", help="Commit on branch promote/<op>/<id>."),
+                    json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """Promote a candidate into the decode path if its evidence is complete, every gate
+        passed and every hash matches the files; commits on promote/<op>/<candidate>."""
+        from .promotion import PromotionRefused, promote
+
+        root, cid = _resolve(op, candidate)
+        try:
+            res = promote(root, op, cid, commit=commit)
+        except PromotionRefused as exc:
+            if json_out:
+                print_json({"op": op, "candidate": cid, "promoted": False, "problems": exc.problems})
+            else:
+                for p in exc.problems:
+                    print(f"harness: {op}/{cid}: {p}")
+            raise
+        _report(res, json_out)
+
+    @app.command("demote")
+    def demote_cmd(op: str = typer.Argument(..., help="Op name."),
+                   commit: bool = typer.Option(True, "--commit/--no-commit", help="Commit on branch demote/<op>/<id>."),
+                   json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """Remove an op's promoted kernel from the manifest: the decode path uses the reference."""
+        from . import paths
+        from .promotion import demote
+
+        _report(demote(paths.root(), op, commit=commit), json_out)
+
+    ci_app = typer.Typer(help="CI: verify promoted kernels, promote gated candidates.", no_args_is_help=True)
+    app.add_typer(ci_app, name="ci")
+
+    @ci_app.command("verify")
+    def ci_verify_cmd(base: Optional[str] = typer.Option(None, "--base", help="Base commit of the change under test."),
+                      compile_archs: bool = typer.Option(True, "--compile/--no-compile", help="Compile for every declared arch."),
+                      json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """For each promoted kernel: evidence present and matching, isolation and static gates
+        re-run, compile for every target arch. One line per problem; exit 1 on any."""
+        from . import paths
+        from .promotion import ci_verify, read_manifest
+
+        root = paths.root()
+        problems = ci_verify(root, base=base, compile_archs=compile_archs)
+        n = len(read_manifest(root))
+        if json_out:
+            print_json({"promoted": n, "problems": problems, "ok": not problems})
+        else:
+            for p in problems:
+                print(p)
+            print(f"ci verify: {n} promoted kernel(s), {len(problems)} problem(s)")
+        if problems:
+            raise typer.Exit(1)
+
+    @ci_app.command("promote")
+    def ci_promote_cmd(commit: bool = typer.Option(True, "--commit/--no-commit", help="Commit each promotion on its branch."),
+                       json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """Promote every gated candidate whose evidence passes (one per op)."""
+        from . import paths
+        from .promotion import ci_promote
+
+        out = ci_promote(paths.root(), commit=commit)
+        if json_out:
+            print_json([o if isinstance(o, str) else o for o in out])
+            return
+        for o in out:
+            print(o if isinstance(o, str) else f"promoted {o.op}/{o.candidate_id} on {o.branch or '(no commit)'} {o.commit[:12]}")
+
+
+def _head(root: Path) -> str:
+    from gates._git import Git, GitError
+
+    try:
+        return Git(root).rev("HEAD")
+    except GitError:
+        return ""
+
+
+def _report(res, json_out: bool) -> None:
+    if json_out:
+        print_json(res)
+        return
+    c = console()
+    c.print(f"{res.action}d {res.op}/{res.candidate_id}" + (f" on branch {res.branch} ({res.commit[:12]})" if res.commit else ""))
+    for g, info in res.gates.items():
+        c.print(f"  {g:15} {info['verdict']}  {info['record']}", markup=False)

@@ -1,0 +1,291 @@
+"""Promotion: the only way a kernel enters kernels_generated/promoted.json.
+
+`assess` collects a candidate's evidence records and checks that, for every gate, the latest
+record whose hashes match the files on disk says PASS and that its numbers support that
+verdict under the frozen config (a forged PASS does not survive `gates.suite.recheck`).
+`promote` refuses on any problem; else it writes the manifest entry {op, candidate, scope}
+and commits it, with the candidate folder and its evidence, on branch promote/<op>/<id>.
+`ci_verify` / `ci_promote` are the CI side.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gates import ALL_GATES, GateContext, GateName, Verdict
+from gates.config import GateConfig, config_path
+
+from . import evidence as ev
+from .errors import UserError
+
+MANIFEST_REL = "kernels_generated/promoted.json"
+
+
+class PromotionRefused(UserError):
+    def __init__(self, op: str, candidate: str, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"refusing to promote {op}/{candidate}: {problems[0]}"
+                         + (f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""))
+
+
+@dataclass
+class Assessment:
+    op: str
+    candidate_id: str
+    problems: list[str] = field(default_factory=list)
+    gates: dict[str, dict[str, Any]] = field(default_factory=dict)   # gate -> {verdict, record}
+    scope: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _config(root: Path) -> GateConfig:
+    return GateConfig.from_bytes(config_path(root).read_bytes())
+
+
+def _git(root: Path):
+    from gates._git import Git, GitError
+
+    try:
+        return Git(root)
+    except GitError:
+        return None
+
+
+def assess(root: Path, op: str, candidate_id: str) -> Assessment:
+    from .toolchain.candidate import load_candidate
+    from gates.suite import recheck
+
+    a = Assessment(op, candidate_id)
+    cdir = root / "kernels_generated" / op / candidate_id
+    try:
+        cand = load_candidate(op, cdir)
+    except UserError as exc:
+        a.problems.append(f"candidate: {exc}")
+        return a
+    a.scope = cand.scope.to_json()
+    config = _config(root)
+    now = ev.current_hashes(root, op, candidate_id)
+    git = _git(root)
+    usable: list[tuple[Path, ev.EvidenceRecord]] = []
+    stale: dict[str, list[str]] = {}
+    for path, rec in ev.records(root, op, candidate_id):
+        if isinstance(rec, ev.EvidenceError):
+            a.problems.append(f"evidence {path.name}: forged or corrupt: {rec}")
+            continue
+        if (rec.op, rec.candidate_id) != (op, candidate_id):
+            a.problems.append(f"evidence {path.name}: names {rec.op}/{rec.candidate_id}, not this candidate")
+            continue
+        if git is not None:
+            a.problems += [f"evidence {path.name}: {p}" for p in _git_history_problems(git, root, path)]
+        mism = ev.hash_mismatches(rec, now)
+        if mism:
+            for g in rec.gates:
+                stale.setdefault(g.gate, mism)
+            continue
+        usable.append((path, rec))
+    usable.sort(key=lambda pr: pr[1].created_utc)
+    for gate in ALL_GATES:
+        latest = None
+        for path, rec in usable:
+            gr = rec.gate(gate.value)
+            if gr is not None:
+                latest = (path, gr)
+        if latest is None:
+            why = f"evidence is stale: {stale[gate.value][0]}" if gate.value in stale else "no evidence"
+            a.problems.append(f"gate {gate.value}: {why} (run `harness gate {op} {candidate_id}`)")
+            continue
+        path, gr = latest
+        a.gates[gate.value] = {"verdict": gr.verdict, "record": path.name, "reasons": gr.reasons[:3]}
+        if gr.verdict != Verdict.PASS.value:
+            a.problems.append(f"gate {gate.value}: {gr.verdict}" + (f": {gr.reasons[0]}" if gr.reasons else ""))
+            continue
+        a.problems += [f"evidence {path.name}: {p}" for p in recheck(gate.value, gr.numbers, op, cand.scope, config)]
+    return a
+
+
+def _git_history_problems(git, root: Path, path: Path) -> list[str]:
+    """A committed record must be committed once and match its committed bytes."""
+    rel = path.relative_to(root).as_posix()
+    try:
+        commits = [c for c in git.run("log", "--format=%H", "--", rel).splitlines() if c]
+        if not commits:
+            return []
+        problems = []
+        if len(commits) > 1:
+            problems.append(f"modified after it was committed ({len(commits)} commits touch it)")
+        if git.run("diff", "--name-only", "HEAD", "--", rel):
+            problems.append("differs from its committed version")
+        return problems
+    except Exception as exc:  # noqa: BLE001 - git trouble is reported, never hidden
+        return [f"git history unreadable: {exc}"]
+
+
+# ---- the manifest ----------------------------------------------------------------------------
+def read_manifest(root: Path) -> list[dict[str, Any]]:
+    p = root / MANIFEST_REL
+    if not p.is_file():
+        return []
+    try:
+        data = json.loads(p.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{MANIFEST_REL}: invalid JSON ({exc.msg})") from None
+    if not isinstance(data, list) or not all(isinstance(e, dict) and {"op", "candidate", "scope"} <= set(e) for e in data):
+        raise UserError(f"{MANIFEST_REL}: must be a list of {{op, candidate, scope}}")
+    return data
+
+
+def manifest_bytes(entries: list[dict[str, Any]]) -> bytes:
+    return (json.dumps(sorted(entries, key=lambda e: e["op"]), indent=2) + "\n").encode()
+
+
+def _write_manifest(root: Path, data: bytes) -> None:
+    p = root / MANIFEST_REL
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".promoted.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, p)
+
+
+@dataclass
+class PromotionResult:
+    op: str
+    candidate_id: str
+    action: str                      # promote | demote
+    branch: str = ""
+    commit: str = ""
+    gates: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def promote(root: Path, op: str, candidate_id: str, commit: bool = True) -> PromotionResult:
+    a = assess(root, op, candidate_id)
+    if a.problems:
+        raise PromotionRefused(op, candidate_id, a.problems)
+    entries = [e for e in read_manifest(root) if e["op"] != op]
+    entries.append({"op": op, "candidate": candidate_id, "scope": a.scope})
+    data = manifest_bytes(entries)
+    _write_manifest(root, data)
+    res = PromotionResult(op, candidate_id, "promote", gates=a.gates)
+    if commit:
+        cdir = root / "kernels_generated" / op / candidate_id
+        files = {MANIFEST_REL: data}
+        for f in sorted(cdir.rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts and not f.name.startswith("."):
+                files[f.relative_to(root).as_posix()] = f.read_bytes()
+        lines = [f"{g}: {info['verdict']} ({info['record']})" for g, info in a.gates.items()]
+        msg = f"promote {op}/{candidate_id}\n\nFast-track gates:\n" + "\n".join(lines) + "\n"
+        res.branch = f"promote/{op}/{candidate_id}"
+        res.commit = _commit(root, res.branch, files, msg)
+    return res
+
+
+def demote(root: Path, op: str, commit: bool = True) -> PromotionResult:
+    entries = read_manifest(root)
+    hit = [e for e in entries if e["op"] == op]
+    if not hit:
+        raise UserError(f"{op} has no promoted kernel")
+    data = manifest_bytes([e for e in entries if e["op"] != op])
+    _write_manifest(root, data)
+    res = PromotionResult(op, hit[0]["candidate"], "demote")
+    if commit:
+        res.branch = f"demote/{op}/{hit[0]['candidate']}"
+        res.commit = _commit(root, res.branch, {MANIFEST_REL: data},
+                             f"demote {op}/{hit[0]['candidate']}\n\nThe decode path falls back to the reference for {op}.\n")
+    return res
+
+
+def _commit(root: Path, branch: str, files: dict[str, bytes], message: str) -> str:
+    from gates._git import Git, GitError
+
+    try:
+        return Git(root).commit_files_on_branch(branch, files, message)
+    except GitError as exc:
+        raise UserError(f"could not commit on {branch}: {exc}") from None
+
+
+# ---- CI ------------------------------------------------------------------------------------------
+def ci_verify(root: Path, base: str | None = None, compile_archs: bool = True) -> list[str]:
+    """One line per problem with the promoted kernels; empty when all is well."""
+    from gates import isolation, static
+    from gates.config import load_config
+
+    problems: list[str] = []
+    entries = read_manifest(root)
+    ops = [e["op"] for e in entries]
+    problems += [f"manifest: {op} appears {ops.count(op)} times" for op in sorted(set(ops)) if ops.count(op) > 1]
+    config = load_config(config_path(root))
+    git = _git(root)
+    for e in entries:
+        op, cid = e["op"], e["candidate"]
+        tag = f"{op}/{cid}"
+        a = assess(root, op, cid)
+        problems += [f"{tag}: {p}" for p in a.problems]
+        if a.scope is None:
+            continue
+        if a.scope != e["scope"]:
+            problems.append(f"{tag}: manifest scope differs from candidate.json scope")
+        ctx = GateContext(op=op, candidate_id=cid, root=root, config=config, base=base)
+        st = static.run(ctx)
+        problems += [f"{tag}: static re-run: {r}" for r in st.reasons] if st.verdict is not Verdict.PASS else []
+        if git is not None and _touches(git, root, base, op, cid):
+            iso = isolation.run(ctx)
+            if iso.verdict is not Verdict.PASS:
+                problems += [f"{tag}: isolation re-run: {r}" for r in iso.reasons or [iso.verdict.value]]
+        elif git is None:
+            problems.append(f"{tag}: isolation re-run: not a git checkout")
+        if compile_archs:
+            problems += [f"{tag}: {p}" for p in _compile_problems(op, cid, root)]
+    return problems
+
+
+def _touches(git, root: Path, base: str | None, op: str, cid: str) -> bool:
+    """Whether the change under test touches this candidate or the manifest (then its
+    isolation is re-checked; other changes are judged by the hashes in its evidence)."""
+    b = git.rev(base) if base else git.default_base()
+    own = f"kernels_generated/{op}/{cid}/"
+    return any(p.startswith(own) or p == MANIFEST_REL for p in git.changed_paths(b))
+
+
+def _compile_problems(op: str, cid: str, root: Path) -> list[str]:
+    from .toolchain.candidate import load_candidate
+    from .toolchain.compile import compile_matrix
+
+    cand = load_candidate(op, root / "kernels_generated" / op / cid)
+    return [f"compile {r.arch} TP{r.tp}: {r.verdict.value}: {r.message}" for r in compile_matrix(cand) if not r.ok]
+
+
+def ci_promote(root: Path, commit: bool = True) -> list[PromotionResult | str]:
+    """Promote every gated, not yet promoted candidate whose evidence passes; one per op
+    (the best geometric-mean speedup). Returns results and one line per skipped candidate."""
+    promoted = {(e["op"], e["candidate"]) for e in read_manifest(root)}
+    best: dict[str, tuple[float, str]] = {}
+    out: list[PromotionResult | str] = []
+    kdir = root / "kernels_generated"
+    for evdir in sorted(kdir.glob(f"*/*/{ev.EVIDENCE_DIR}")):
+        op, cid = evdir.parent.parent.name, evdir.parent.name
+        if (op, cid) in promoted:
+            continue
+        a = assess(root, op, cid)
+        if a.problems:
+            out.append(f"{op}/{cid}: not promoted: {a.problems[0]}")
+            continue
+        speed = _geomean(root, op, cid)
+        if op not in best or speed > best[op][0]:
+            best[op] = (speed, cid)
+    for op, (_, cid) in sorted(best.items()):
+        out.append(promote(root, op, cid, commit=commit))
+    return out
+
+
+def _geomean(root: Path, op: str, cid: str) -> float:
+    vals = [g.numbers.get("geomean_speedup", 0.0) for _, r in ev.records(root, op, cid)
+            if isinstance(r, ev.EvidenceRecord) for g in r.gates if g.gate == GateName.PERF_SWEEP.value]
+    return float(vals[-1]) if vals else 0.0
