@@ -18,6 +18,7 @@ import os
 import re
 import secrets as _pysecrets
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,6 +84,7 @@ class RunLog:
         self.events_path = folder / "events.jsonl"
         self._seq = 0
         self.events: list[Event] = []
+        self._lock = threading.Lock()     # drafting threads append LLM_CALL events
 
     # ---- opening ---------------------------------------------------------------------
     @classmethod
@@ -136,15 +138,17 @@ class RunLog:
 
     # ---- writing ---------------------------------------------------------------------
     def append(self, kind: EventKind, **data: Any) -> Event:
-        self._seq += 1
-        ev = Event(kind, data, seq=self._seq)
-        line = ev.to_json() + "\n"
-        with open(self.events_path, "a", encoding="utf-8") as f:
-            f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
-        self.events.append(Event(kind, json.loads(line)["data"], ev.ts, ev.seq))
-        return ev
+        with self._lock:
+            self._seq += 1
+            ev = Event(kind, data, seq=self._seq)
+            line = ev.to_json() + "\n"
+            with open(self.events_path, "a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+            stored = Event(kind, json.loads(line)["data"], ev.ts, ev.seq)
+            self.events.append(stored)
+            return stored
 
     def write_text(self, sub: str, name: str, text: str) -> Path:
         """Store a prompt/reply/etc. (scrubbed) atomically; returns its path."""

@@ -1,0 +1,140 @@
+"""Typed records of one optimize run: what each candidate did at each stage.
+
+These cross the boundary between the loop, the run log (JSON), the prompts and the
+display, so they are dataclasses with explicit to/from JSON.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MAX_ERROR_CHARS = 2000        # compiler errors are trimmed to this before feedback and logs
+
+
+class StageStatus(str, enum.Enum):
+    OK = "ok"
+    FAILED = "failed"
+    NOT_RUN = "not_run"        # this machine cannot run the stage (no GPU)
+    SKIPPED = "skipped"        # an earlier stage failed
+
+
+class ScoreKind(str, enum.Enum):
+    TIME_US = "time_us"                  # geometric mean of measured kernel times
+    COMPILE_PROXY = "compile_proxy"      # no GPU: registers / spills / 128-bit loads only
+
+
+def trim_error(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """Keep the head and the tail of a long compiler error (the cause and the site)."""
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return text[:half] + f"\n... [{len(text) - limit} characters cut] ...\n" + text[-half:]
+
+
+@dataclass
+class CompileInfo:
+    arch: str
+    status: StageStatus
+    registers: int | None = None
+    spill_bytes: int | None = None
+    ld128: int | None = None           # 128-bit global loads in the SASS/PTX
+    seconds: float | None = None
+    cached: bool = False
+    error: str = ""
+
+
+@dataclass
+class Mismatch:
+    tensor: str
+    reason: str
+    max_abs_err: float = 0.0
+    rel_norm_err: float = 0.0
+    worst: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Timing:
+    batch: int
+    tp: int
+    kernel_us: float
+    incumbent_us: float | None = None
+    floor_us: float | None = None
+    compiled_us: float | None = None    # torch.compile of the reference, when measured
+
+
+@dataclass
+class EvalInfo:
+    status: StageStatus
+    verdict: str                        # harness.toolchain.verdict.Verdict value
+    detail: str = ""
+    mismatches: list[Mismatch] = field(default_factory=list)
+    timings: list[Timing] = field(default_factory=list)
+
+
+@dataclass
+class CandidateRecord:
+    id: str
+    round: int
+    slot: int
+    author: str
+    prompt_hash: str | None = None
+    parent: str | None = None
+    family: str | None = None
+    params: dict[str, Any] | None = None
+    static_ok: bool | None = None
+    static_problems: list[str] = field(default_factory=list)
+    compile: dict[str, CompileInfo] = field(default_factory=dict)
+    evaluate: EvalInfo | None = None
+    score: float | None = None
+    score_kind: ScoreKind | None = None
+
+    @property
+    def compiled_everywhere(self) -> bool:
+        return bool(self.compile) and all(c.status is StageStatus.OK for c in self.compile.values())
+
+    @property
+    def verified(self) -> bool:
+        return self.evaluate is not None and self.evaluate.status is StageStatus.OK
+
+    def summary(self) -> str:
+        if self.static_ok is False:
+            return "static checks refused: " + "; ".join(self.static_problems[:3])
+        bad = [a for a, c in self.compile.items() if c.status is StageStatus.FAILED]
+        if bad:
+            return f"compile failed for {', '.join(bad)}"
+        parts = []
+        regs = [c.registers for c in self.compile.values() if c.registers is not None]
+        if regs:
+            parts.append(f"{max(regs)} regs")
+        spills = [c.spill_bytes for c in self.compile.values() if c.spill_bytes]
+        if spills:
+            parts.append(f"{max(spills)} B spilled")
+        if self.evaluate is not None and self.evaluate.status is not StageStatus.NOT_RUN:
+            parts.append(self.evaluate.verdict)
+            if self.evaluate.timings:
+                import math
+
+                g = math.exp(sum(math.log(t.kernel_us) for t in self.evaluate.timings) / len(self.evaluate.timings))
+                parts.append(f"geomean {g:.2f} us")
+        else:
+            parts.append("compiled; GPU stages not run")
+        return ", ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "CandidateRecord":
+        d = dict(d)
+        d["compile"] = {a: CompileInfo(**{**c, "status": StageStatus(c["status"])}) for a, c in d.get("compile", {}).items()}
+        if d.get("evaluate"):
+            e = dict(d["evaluate"])
+            e["status"] = StageStatus(e["status"])
+            e["mismatches"] = [Mismatch(**m) for m in e.get("mismatches", [])]
+            e["timings"] = [Timing(**t) for t in e.get("timings", [])]
+            d["evaluate"] = EvalInfo(**e)
+        if d.get("score_kind"):
+            d["score_kind"] = ScoreKind(d["score_kind"])
+        return cls(**d)

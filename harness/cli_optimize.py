@@ -1,0 +1,72 @@
+"""`harness optimize --op <op>`: the agent loop (harness/agent/)."""
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from .errors import UserError
+from .output import print_json
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("optimize")
+    def optimize(
+        op: str = typer.Option(..., "--op", help="Op to optimize, e.g. moe_router."),
+        agent: str = typer.Option("template", "--agent", help="template | openai:<model> | anthropic:<model>."),
+        base_url: Optional[str] = typer.Option(None, "--base-url", help="OpenAI-compatible server (vLLM, Ollama) or API proxy."),
+        rounds: Optional[int] = typer.Option(None, "--rounds", help="Rounds of drafting (default 3)."),
+        k: Optional[int] = typer.Option(None, "--candidates-per-round", help="Candidates drafted per round (default 3)."),
+        budget_usd: Optional[float] = typer.Option(None, "--budget-usd", help="Stop drafting once LLM cost reaches this."),
+        max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Stop drafting once this many LLM tokens are used."),
+        time_limit_s: Optional[float] = typer.Option(None, "--time-limit", help="Stop starting new work after this many seconds."),
+        gpu: str = typer.Option("h200", "--gpu", help="GPU profile for the roofline and evaluation (h200, h100, b200, gb300)."),
+        resume: Optional[str] = typer.Option(None, "--resume", help="Continue the run with this id (runs/<id>/)."),
+        promote: bool = typer.Option(False, "--promote", help="Promote the best candidate if every gate passes."),
+        request_timeout_s: float = typer.Option(300.0, "--request-timeout", help="Seconds per LLM request."),
+        seed: int = typer.Option(0, "--seed", help="Seed of the template search."),
+        json_out: bool = typer.Option(False, "--json", help="Print the run summary as JSON."),
+    ) -> None:
+        """Draft, compile, test and refine kernels for one op; gate the best one."""
+        import reference_impls
+
+        from .agent.display import LiveView, print_summary
+        from .agent.loop import OptimizeConfig, resume as resume_run, start
+        from .hardware import gpu as gpu_profile
+
+        try:
+            reference_impls.get(op)
+            gpu_profile(gpu)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if agent != "template" and ":" not in agent:
+            raise UserError(f"--agent {agent!r}: use template, openai:<model> or anthropic:<model>")
+        for name, val in (("--rounds", rounds), ("--candidates-per-round", k)):
+            if val is not None and val < 1:
+                raise UserError(f"{name} must be >= 1")
+        overrides = {key: v for key, v in (("rounds", rounds), ("candidates_per_round", k), ("budget_usd", budget_usd),
+                                           ("max_tokens_total", max_tokens), ("time_limit_s", time_limit_s)) if v is not None}
+        live = not json_out and sys.stderr.isatty()
+        view = LiveView(f"optimize {op}") if live else None
+        listener = view if view is not None else None
+        if resume:
+            if promote:
+                overrides["promote"] = True
+            opt = resume_run(resume, overrides, listener=listener)
+            if opt.cfg.op != op:
+                raise UserError(f"run {resume} optimizes {opt.cfg.op}, not {op}")
+        else:
+            cfg = OptimizeConfig(op=op, agent=agent, base_url=base_url, gpu=gpu, promote=promote, seed=seed,
+                                 request_timeout_s=request_timeout_s, **overrides)
+            opt = start(cfg, listener=listener)
+        if view is not None:
+            with view:
+                opt.run()
+        else:
+            opt.run()
+        s = opt.summary()
+        if json_out:
+            print_json(s)
+        else:
+            print_summary(s)
