@@ -1,0 +1,25 @@
+"""A throwaway git repository holding a copy of the gates, harness and references, with one
+moe_router candidate committed: gate, promotion and CI tests never touch /work/main's history."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+KERNEL_SRC = (Path(__file__).parent / "kernel_src.py.txt").read_text()
+NARROW_SCOPE = {"archs": ["sm_90a"], "tp": [8], "batch": [1, 2], "dtypes": ["bf16"], "state_dtypes": [], "shapes": []}
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def make_candidate(root: Path, source: str = KERNEL_SRC, scope: dict | None = None) -> str:
+    from harness.toolchain.candidate import Provenance, Scope, create_candidate
+
+    cand = create_candidate("moe_router", source, Scope.from_json(scope or NARROW_SCOPE),
+                            Provenance(author="human"), root=root / "kernels_generated")
+    return cand.id
+
+
