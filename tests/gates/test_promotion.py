@@ -1,0 +1,141 @@
+"""promote / demote / ci verify on synthetic evidence in a temp repo (GPU gates' numbers are
+synthetic measurements that their decision functions accept, or not)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gates import GateContext, GateResult, Verdict, load_config
+from gates.points import key, scope_points
+from harness import evidence as ev
+from harness.errors import UserError
+from harness.promotion import assess, ci_verify, demote, promote, read_manifest
+from harness.registry import Registry
+
+OP = "moe_router"
+
+
+def _passing_results(root, cid, perf_regress: bool = False, skip: str = "") -> list[GateResult]:
+    import reference_impls
+    from gates import isolation, scope, static
+    from harness.toolchain.candidate import load_candidate
+
+    cfg = load_config(root / "gates" / "gate_config.toml")
+    ctx = GateContext(op=OP, candidate_id=cid, root=root, config=cfg)
+    cand = load_candidate(OP, root / "kernels_generated" / OP / cid)
+    pts = [key(p) for p in scope_points(reference_impls.get(OP), cand.scope)]
+    samples = [{"point": p, "kind": "random", "seed": 1000 * i + j, "ok": True, "mutated": [], "deterministic": True}
+               for i, p in enumerate(pts) for j in range(10)]
+    samples += [{"point": p, "kind": k, "seed": 7, "ok": True, "mutated": [], "deterministic": True}
+                for p in pts for k in ("ties", "large", "equal_rows")]
+    perf = [{"point": p, "incumbent_us": 20.0, "candidate_us": 30.0 if perf_regress else 10.0, "noise_rel": 0.01,
+             "floor_us": 4.0} for p in pts]
+    runs = [{"kind": k, "tokens": 1024, "context": 32768, "greedy_agreement": 1.0, "sampling_agreement": 1.0,
+             "max_kl": 1e-6, "max_logit_rel_err": 1e-3, "kernel_calls_on": 50, "kernel_calls_off": 0, "valid": True}
+            for k in ("long_generation", "long_context", "sampling", "structured")]
+    scope_numbers = {"compiles": [{"arch": "sm_90a", "tp": 8, "static": {}, "verdict": "OK", "message": ""}],
+                     "dispatch": [{"case": "in", "expected_outcome": "kernel", "expected_reason": "in_scope",
+                                   "got_outcome": "kernel", "got_reason": "in_scope"},
+                                  {"case": "out", "expected_outcome": "fallback", "expected_reason": "batch",
+                                   "got_outcome": "fallback", "got_reason": "batch"}]}
+    perf_v = Verdict.PASS
+    out = [isolation.run(ctx), static.run(ctx),
+           GateResult("scope", scope.decide(scope_numbers, ["sm_90a"], [8])[0], [], scope_numbers),
+           GateResult("numerics_unit", Verdict.PASS, [], {"samples": samples}),
+           GateResult("numerics_model", Verdict.PASS, [], {"model_config": "k3", "runs": runs}),
+           GateResult("perf_sweep", perf_v, [], {"points": perf, "layer": {"on_us": 390.0, "off_us": 400.0, "noise_rel": 0.005},
+                                                  "geomean_speedup": 2.0})]
+    return [r for r in out if r.gate != skip]
+
+
+def _gate(root, cid, **kw):
+    results = _passing_results(root, cid, **kw)
+    return ev.write(ev.build(root, OP, cid, results, 1, hardware={"gpu": "synthetic"}), root)
+
+
+def test_promote_then_registry_then_demote(repo):
+    root, cid = repo
+    _gate(root, cid)
+    res = promote(root, OP, cid)
+    assert res.branch == f"promote/{OP}/{cid}"
+    entries = read_manifest(root)
+    assert entries == [{"op": OP, "candidate": cid, "scope": entries[0]["scope"]}]
+    from gate_repo_helpers import git
+
+    msg = git(root, "log", "-1", "--format=%B", res.branch)
+    assert "perf_sweep: pass" in msg and "isolation: pass" in msg
+    assert f"kernels_generated/{OP}/{cid}/kernel.py" in git(root, "ls-tree", "-r", "--name-only", res.branch)
+    reg = Registry()
+    assert reg.load_manifest(root / "kernels_generated" / "promoted.json") == 1
+    k = reg.kernels()[OP]
+    assert k.candidate == cid and k.scope.batch == (1, 2) and k.scope.archs == ("sm_90a",)
+    assert ci_verify(root, compile_archs=False) == []
+    demote(root, OP)
+    assert read_manifest(root) == []
+
+
+def test_promote_refuses_stale_evidence_one_byte(repo):
+    root, cid = repo
+    _gate(root, cid)
+    k = root / "kernels_generated" / OP / cid / "kernel.py"
+    k.write_bytes(k.read_bytes().replace(b"32", b"64", 1))
+    with pytest.raises(UserError):
+        promote(root, OP, cid, commit=False)
+    assert read_manifest(root) == []
+
+
+def test_promote_refuses_changed_gate_config(repo):
+    root, cid = repo
+    _gate(root, cid)
+    cfg = root / "gates" / "gate_config.toml"
+    cfg.write_text(cfg.read_text().replace("value = 1.05", "value = 1.0"))
+    problems = assess(root, OP, cid).problems
+    assert any("gate_config hash differs" in p for p in problems)
+
+
+@pytest.mark.parametrize("kw,needle", [({"skip": "perf_sweep"}, "gate perf_sweep: no evidence"),
+                                       ({"perf_regress": True}, "perf_sweep numbers do not support a pass")])
+def test_promote_refuses_missing_and_forged(repo, kw, needle):
+    root, cid = repo
+    _gate(root, cid, **kw)
+    with pytest.raises(UserError):
+        promote(root, OP, cid, commit=False)
+    assert any(needle in p for p in assess(root, OP, cid).problems)
+
+
+def test_promote_refuses_failed_gate(repo):
+    root, cid = repo
+    results = _passing_results(root, cid)
+    results[3] = GateResult("numerics_unit", Verdict.FAIL, ["B=1: wrong"], {})
+    ev.write(ev.build(root, OP, cid, results, 1, hardware={}), root)
+    assert any("gate numerics_unit: fail" in p for p in assess(root, OP, cid).problems)
+
+
+def test_edited_record_is_refused(repo):
+    root, cid = repo
+    path = _gate(root, cid)
+    data = json.loads(path.read_text())
+    data["gates"][5]["numbers"]["geomean_speedup"] = 9.0
+    path.chmod(0o644)
+    path.write_text(json.dumps(data))
+    assert any("forged or corrupt" in p for p in assess(root, OP, cid).problems)
+
+
+def test_ci_verify_catches_tampering_after_promotion(repo):
+    root, cid = repo
+    _gate(root, cid)
+    promote(root, OP, cid, commit=False)
+    assert ci_verify(root, compile_archs=False) == []
+    k = root / "kernels_generated" / OP / cid / "kernel.py"
+    k.write_text(k.read_text() + "\n")
+    problems = ci_verify(root, compile_archs=False)
+    assert problems and all(p.startswith(f"{OP}/{cid}:") for p in problems)
+
+
+def test_not_run_is_never_a_pass(repo):
+    root, cid = repo
+    results = _passing_results(root, cid)
+    results[5] = GateResult("perf_sweep", Verdict.NOT_RUN, ["needs a CUDA GPU"], {})
+    ev.write(ev.build(root, OP, cid, results, 1, hardware={}), root)
+    assert any("gate perf_sweep: not_run" in p for p in assess(root, OP, cid).problems)
