@@ -1,0 +1,251 @@
+"""Correctness + benchmark of the human-authored CuTe DSL candidates on a GPU (issue 7).
+
+    source .device/cutedsl/setup.sh && PYTHONPATH=$PWD python3 scripts/gpu/bench_kernels.py \
+        [--ops moe_router] [--batches 1,2,4,8,16,32,64] [--tps 8,16] [--no-compile-baseline]
+
+For every op with human candidates (kernels_generated/<op>/*/candidate.json, author "human"):
+  1. correctness: each candidate against the reference at every (TP, B), outputs poisoned
+     first, checked with harness.compare (the tolerance kinds of the op definition);
+  2. timing (docs/fast_track_gates.md section 4, harness/toolchain/timing.py): reference eager,
+     torch.compile of the reference and each candidate, CUDA-graph replay, inputs and weights
+     rotated past 3 x L2, interleaved A B B A, median of repeats;
+  3. the HBM floor = op.min_bytes / bandwidth of a device copy measured in the same run.
+Prints one table per op (B; eager; torch.compile; ours; floor; % of floor) and writes
+$OUT/bench_kernels.json. A failing candidate or point is recorded and the run goes on.
+Needs no pydantic / gitpython / LLM SDKs.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+import reference_impls  # noqa: E402
+from harness.compare import compare  # noqa: E402
+from harness.opdef import Point, Role, SWEEP_BATCHES  # noqa: E402
+from harness.toolchain import timing  # noqa: E402
+
+L2_BYTES = 60 * 2**20          # H200
+
+
+def arch_of_device() -> str:
+    major, minor = torch.cuda.get_device_capability()
+    return {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}.get((major, minor), f"sm_{major}{minor}a")
+
+
+def human_candidates(op: str) -> list[dict]:
+    base = ROOT / "kernels_generated" / op
+    out = []
+    for meta in sorted(base.glob("*/candidate.json")) if base.is_dir() else []:
+        d = json.loads(meta.read_text())
+        if d.get("provenance", {}).get("author") == "human":
+            tpl = d["provenance"].get("template") or {}
+            d["label"] = f"{tpl.get('family', 'hand')}:{d['id'][:6]}"
+            d["path"] = str(meta.parent)
+            out.append(d)
+    return out
+
+
+def load_kernel(path: str):
+    spec = importlib.util.spec_from_file_location(f"cand_{Path(path).name}", Path(path) / "kernel.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def static_for(defn, point: Point) -> dict:
+    s = {}
+    if len(defn.state_dtypes) > 1:
+        s["state_dtype"] = point.state_dtype
+    if point.shape:
+        s["shape"] = point.shape
+    return s
+
+
+def kernel_tensors(defn, inputs: dict, outs: dict) -> dict:
+    t = dict(inputs)
+    t.update({k: v for k, v in outs.items() if defn.spec(k).role is not Role.STATE})
+    return t
+
+
+def err_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300] + " | " + traceback.format_exc()[-600:].replace("\n", " / ")
+
+
+def check_point(defn, mod, compiled, point: Point, seed: int = 0) -> dict:
+    gen = torch.Generator().manual_seed(seed + point.batch)
+    inputs = defn.make_inputs(point, gen, "cuda")
+    ref = defn.run_reference(inputs)
+    outs = defn.alloc_outputs(point, "cuda", poison=True)
+    kin = {k: (v.clone() if defn.spec(k).role is Role.STATE else v) for k, v in inputs.items()}
+    mod.launch(compiled, **kernel_tensors(defn, kin, outs))
+    torch.cuda.synchronize()
+    got = dict(outs)
+    for k, v in kin.items():
+        if defn.spec(k).role is Role.STATE:
+            got[k] = v
+    res = compare(defn, got, ref, inputs)
+    return {"ok": res.ok, "summary": res.summary(),
+            "tensors": {n: {"ok": c.ok, "max_abs_err": c.max_abs_err, "rel_norm_err": c.rel_norm_err,
+                            "reason": c.reason} for n, c in res.tensors.items()}}
+
+
+def rotated_sets(defn, point: Point) -> tuple[list[dict], list[dict]]:
+    gen = torch.Generator().manual_seed(1234)
+    base = defn.make_inputs(point, gen, "cuda")
+    per_set = defn.min_bytes(point)
+    n = timing.rotation_copies(per_set, L2_BYTES)
+    sets = [base] + [{k: v.clone() for k, v in base.items()} for _ in range(n - 1)]
+    outs = [defn.alloc_outputs(point, "cuda") for _ in range(n)]
+    return sets, outs
+
+
+def bench_op(op: str, batches: list[int], tps: list[int], arch: str, bw: float, use_compile: bool,
+             rounds: int) -> dict:
+    defn = reference_impls.get(op)
+    cands = human_candidates(op)
+    rec: dict = {"op": op, "candidates": {}, "rows": []}
+    loaded: dict[str, tuple] = {}
+    for c in cands:
+        info = {"id": c["id"], "template": c["provenance"].get("template"), "compile": {}, "check": {}}
+        rec["candidates"][c["label"]] = info
+        try:
+            mod = load_kernel(c["path"])
+            loaded[c["label"]] = (mod, {})
+        except Exception as exc:  # noqa: BLE001 - one bad candidate must not stop the others
+            info["error"] = err_text(exc)
+    compiled_ref = torch.compile(defn.reference) if use_compile else None
+    timed_by_shape: dict[str, dict] = {}
+    for tp in tps:
+        for b in batches:
+            point = Point(batch=b, tp=tp)
+            row: dict = {"tp": tp, "batch": b, "min_bytes": defn.min_bytes(point)}
+            row["floor_us"] = row["min_bytes"] / bw * 1e6
+            impls: dict = {}
+            sets, outs = rotated_sets(defn, point)
+            impls["eager"] = lambda i, s=sets: defn.reference(**s[i])
+            if compiled_ref is not None:
+                impls["compile"] = lambda i, s=sets: compiled_ref(**s[i])
+            for label, (mod, cache) in loaded.items():
+                info = rec["candidates"][label]
+                st = static_for(defn, point)
+                key = json.dumps([tp, st], sort_keys=True)
+                try:
+                    if key not in cache:
+                        t0 = time.perf_counter()
+                        cache[key] = mod.compile(tp, "--enable-tvm-ffi", **st)
+                        info["compile"][key] = round(time.perf_counter() - t0, 2)
+                    chk = check_point(defn, mod, cache[key], point)
+                except Exception as exc:  # noqa: BLE001
+                    chk = {"ok": False, "summary": err_text(exc)}
+                info["check"][point.label()] = chk
+                if chk["ok"]:
+                    impls[label] = (lambda i, m=mod, cp=cache[key], s=sets, o=outs:
+                                    m.launch(cp, **kernel_tensors(defn, s[i], o[i])))
+            shape_key = json.dumps(defn.shapes(point), sort_keys=True)
+            if shape_key in timed_by_shape:                 # e.g. the router is the same at TP8/TP16
+                row["times"] = timed_by_shape[shape_key]
+            else:
+                times: dict = {}
+                for name, fn in impls.items():          # warm each alone (torch.compile traces here)
+                    try:
+                        fn(0)
+                        torch.cuda.synchronize()
+                    except Exception as exc:  # noqa: BLE001
+                        times[name] = {"error": err_text(exc)}
+                good = {n: f for n, f in impls.items() if n not in times}
+                try:
+                    stats = timing.time_interleaved(good, len(sets), calls_per_graph=50, rounds=rounds)
+                    times.update({n: s.as_dict() for n, s in stats.items()})
+                except Exception as exc:  # noqa: BLE001 - fall back to one graph per impl
+                    for n, f in good.items():
+                        try:
+                            times[n] = timing.time_interleaved({n: f}, len(sets), 50, rounds).get(n).as_dict()
+                        except Exception as exc2:  # noqa: BLE001
+                            times[n] = {"error": err_text(exc2)}
+                    times["_interleave_error"] = err_text(exc)
+                timed_by_shape[shape_key] = times
+                row["times"] = times
+            rec["rows"].append(row)
+            del sets, outs
+            torch.cuda.empty_cache()
+    return rec
+
+
+def med(times: dict, name: str) -> float | None:
+    t = times.get(name)
+    return t.get("median_us") if isinstance(t, dict) else None
+
+
+def print_table(rec: dict) -> None:
+    labels = list(rec["candidates"])
+    print(f"\n== {rec['op']} ==  (us, CUDA-graph replay, median; floor = min_bytes / measured copy bandwidth)")
+    hdr = ["TP", "B", "eager", "compile"] + labels + ["floor", "best %floor", "best vs compile"]
+    print(" | ".join(f"{h:>14}" for h in hdr))
+    for row in rec["rows"]:
+        t = row["times"]
+        ours = [med(t, lb) for lb in labels]
+        ok = [o for o in ours if o is not None]
+        best = min(ok) if ok else None
+        comp = med(t, "compile")
+        cells = [row["tp"], row["batch"], med(t, "eager"), comp] + ours + [row["floor_us"],
+                 (100 * row["floor_us"] / best) if best else None, (comp / best) if best and comp else None]
+        print(" | ".join(f"{c:>14.2f}" if isinstance(c, float) else f"{str(c if c is not None else '-'):>14}"
+                         for c in cells))
+    for lb, info in rec["candidates"].items():
+        bad = {p: c["summary"] for p, c in info["check"].items() if not c["ok"]}
+        status = "all points correct" if info["check"] and not bad else f"{len(bad)} failing points"
+        print(f"  {lb} ({info['id']}): {status}" + (f"; error {info['error']}" if "error" in info else ""))
+        for p, s in list(bad.items())[:4]:
+            print(f"     {p}: {s[:200]}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="issue 7 kernels: correctness + timing on the GPU")
+    ap.add_argument("--ops", default="moe_router,add_rmsnorm,attn_res,situ_and_mul,kda_decode,skinny_gemm")
+    ap.add_argument("--batches", default=",".join(map(str, SWEEP_BATCHES)))
+    ap.add_argument("--tps", default="8,16")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--no-compile-baseline", action="store_true")
+    args = ap.parse_args()
+    arch = arch_of_device()
+    os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    import torch._dynamo
+    torch._dynamo.config.cache_size_limit = 64
+    out_dir = Path(os.environ.get("OUT", "."))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bw = timing.measure_bandwidth()
+    result = {"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__,
+              "bandwidth_bytes_per_s": bw, "ops": {}}
+    print(f"device {result['device']} ({arch}), copy bandwidth {bw / 1e12:.2f} TB/s")
+    for op in [o for o in args.ops.split(",") if o]:
+        if not human_candidates(op):
+            print(f"\n== {op} ==  no human candidates: skipped")
+            continue
+        t0 = time.perf_counter()
+        try:
+            rec = bench_op(op, [int(b) for b in args.batches.split(",")], [int(t) for t in args.tps.split(",")],
+                           arch, bw, not args.no_compile_baseline, args.rounds)
+        except Exception as exc:  # noqa: BLE001
+            rec = {"op": op, "error": err_text(exc), "candidates": {}, "rows": []}
+            print(f"\n== {op} ==  FAILED: {rec['error']}")
+        rec["wall_s"] = round(time.perf_counter() - t0, 1)
+        result["ops"][op] = rec
+        if rec.get("rows"):
+            print_table(rec)
+        (out_dir / "bench_kernels.json").write_text(json.dumps(result, indent=1, default=str))
+    print(f"\nwrote {out_dir / 'bench_kernels.json'}")
+
+
+if __name__ == "__main__":
+    main()
