@@ -23,11 +23,15 @@ def heads(point: Point) -> int:
     return N_HEADS // point.tp
 
 
-def nbytes(spec: TensorSpec, dims: dict[str, int]) -> int:
+def numel(spec: TensorSpec, dims: dict[str, int]) -> int:
     n = 1
     for d in spec.resolve(dims):
         n *= d
-    return n * DTYPES[spec.dtype].itemsize
+    return n
+
+
+def nbytes(spec: TensorSpec, dims: dict[str, int]) -> int:
+    return numel(spec, dims) * DTYPES[spec.dtype].itemsize
 
 
 def io_bytes(specs, dims: dict[str, int]) -> int:

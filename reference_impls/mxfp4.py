@@ -48,15 +48,20 @@ def e8m0_to_float(scale: torch.Tensor) -> torch.Tensor:
     return torch.where(s == E8M0_NAN, torch.full_like(out, float("nan")), out)
 
 
+def byte_table(device: str | torch.device = "cpu") -> torch.Tensor:
+    """fp32 [256, 2]: the (low, high) nibble values of every byte."""
+    t = e2m1_table(device)
+    return torch.stack([t.repeat(16), t.repeat_interleave(16)], dim=-1)
+
+
 def decode(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """uint8 [..., K/2] and uint8 scales [..., K/32] -> fp32 [..., K]."""
-    codes = unpack_nibbles(packed)
-    vals = e2m1_table(packed.device)[codes]
-    k = vals.shape[-1]
+    k = packed.shape[-1] * 2
     if scale.shape[-1] * GROUP != k:
         raise ValueError(f"{scale.shape[-1]} scales cannot cover {k} values in groups of {GROUP}")
-    s = e8m0_to_float(scale).repeat_interleave(GROUP, dim=-1)
-    return vals * s
+    vals = torch.nn.functional.embedding(packed.long(), byte_table(packed.device))     # [..., K/2, 2]
+    vals = vals.reshape(*packed.shape[:-1], k // GROUP, GROUP)
+    return (vals * e8m0_to_float(scale)[..., None]).flatten(-2)
 
 
 def encode(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
