@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from .candidate import Candidate, Provenance, Scope, candidate_id, create_candidate, list_candidates, load_candidate
 from .compile import CompileReport, compile_candidate, compile_matrix, static_for_point, static_keys
+from .loader import LoadError, load_compiled
 from .evaluate import EvalReport, Evaluator, GpuUnhealthy, PointResult, evaluate_candidate, gpu_available, run_canary
 from .static_check import StaticReport, check_candidate, check_source
 from .verdict import Verdict
@@ -26,5 +27,5 @@ __all__ = [
     "Candidate", "Provenance", "Scope", "candidate_id", "create_candidate", "list_candidates", "load_candidate",
     "CompileReport", "compile_candidate", "compile_matrix", "static_for_point", "static_keys",
     "EvalReport", "Evaluator", "GpuUnhealthy", "PointResult", "evaluate_candidate", "gpu_available", "run_canary",
-    "StaticReport", "check_candidate", "check_source", "Verdict",
+    "StaticReport", "check_candidate", "check_source", "Verdict", "LoadError", "load_compiled",
 ]

@@ -175,8 +175,10 @@ def compile_candidate(cand: Candidate, arch: str, tp: int, static: dict[str, Any
 def _analyse(rep: CompileReport, dump: Path, output: str, arch: str) -> None:
     ptx = "\n".join(p.read_text(errors="replace") for p in sorted(dump.rglob("*.ptx")))
     rep.ptx_lines = ptx.count("\n")
+    # the remarks{ptx} text the DSL printed; ptxas -v on the kept PTX (seconds) only when
+    # the remarks gave no register count.
     kernels = parse_ptxas(output)
-    if not kernels and ptx:
+    if ptx and not any(k["registers"] is not None for k in kernels):
         kernels = _run_ptxas(dump, arch)
     rep.kernels = [KernelResources(k["kernel"][:120], k["registers"], k["stack_bytes"],
                                    k["spill_store_bytes"], k["spill_load_bytes"]) for k in kernels]

@@ -35,7 +35,7 @@ def trim_traceback(exc: BaseException, kernel_path: str) -> str:
     return trim_text("\n".join(parts + [msg]))
 
 
-_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '?([^' ]+) ?'? for '(\w+)'")
 _PTXAS_SPILL = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTXAS_REGS = re.compile(r"Used (\d+) registers")
 
@@ -44,7 +44,9 @@ def parse_ptxas(text: str) -> list[dict]:
     """ptxas -v / remarks{ptx} output -> [{kernel, arch, registers, stack_bytes, spill_store_bytes, spill_load_bytes}]."""
     out: list[dict] = []
     cur: dict | None = None
-    for ln in strip_ansi(text).splitlines():
+    # the DSL's remark printer wraps lines: rejoin everything, then split at "ptxas"
+    flat = re.sub(r"\s+", " ", strip_ansi(text).replace("remark:", " "))
+    for ln in re.split(r"(?=ptxas)", flat):
         m = _PTXAS_ENTRY.search(ln)
         if m:
             cur = {"kernel": m.group(1), "arch": m.group(2), "registers": None, "stack_bytes": 0,

@@ -24,7 +24,7 @@ TORCH_ALLOWED = frozenset({
     "bfloat16", "float16", "float32", "float", "half", "int8", "uint8", "int16", "int32", "int64",
     "bool", "float8_e4m3fn", "float8_e5m2", "cuda", "current_stream", "Stream",
 })
-TORCH_CUDA_ALLOWED = frozenset({"current_stream", "Stream"})
+TORCH_CUDA_ALLOWED = frozenset({"current_stream", "current_device", "Stream"})
 CUDA_DRIVER_ALLOWED = frozenset({"CUstream"})
 FORBIDDEN_CALLS = frozenset({
     "open", "eval", "exec", "__import__", "getattr", "setattr", "delattr", "globals", "locals",

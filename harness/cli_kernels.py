@@ -1,0 +1,194 @@
+"""`harness candidates`, `harness check`, `harness compile`, `harness eval`: the CuTe DSL
+toolchain stage (harness/toolchain)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from .errors import NotRunnable, UserError
+from .output import console, print_json, to_jsonable
+
+
+def _cand(op: str, ref: str):
+    from .toolchain import load_candidate
+
+    return load_candidate(op, ref)
+
+
+def _csv_ints(text: str, what: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UserError(f"--{what} takes comma-separated integers, got '{text}'") from None
+
+
+def _compile_rows(reps) -> list[dict]:
+    return [{"arch": r.arch, "tp": r.tp, "static": r.static, "verdict": r.verdict.value, "compile_s": round(r.compile_s, 3),
+             "wall_s": round(r.wall_s, 4), "cache_hit": r.cache_hit, "registers": r.max_registers,
+             "spill_bytes": r.spill_bytes, "ld128_share": r.global_load_128b_share, "message": r.message} for r in reps]
+
+
+def _print_compiles(reps) -> None:
+    from rich.table import Table
+
+    t = Table(title="compile (vector widths from PTX: SASS needs nvdisasm, absent here)")
+    for col in ("arch", "TP", "verdict", "compile s", "wall s", "cache", "regs", "spill B", "128-bit loads"):
+        t.add_column(col)
+    for r in reps:
+        share = "-" if r.global_load_128b_share is None else f"{r.global_load_128b_share:.0%}"
+        t.add_row(r.arch, str(r.tp), r.verdict.value, f"{r.compile_s:.2f}", f"{r.wall_s:.3f}",
+                  "hit" if r.cache_hit else "miss", str(r.max_registers or "-"), str(r.spill_bytes), share)
+    c = console()
+    c.print(t)
+    for r in reps:
+        if not r.ok:
+            c.print(f"[red]{r.arch} TP{r.tp}: {r.message}[/red]")
+            if r.diagnostics:
+                c.print(r.diagnostics, markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("candidates")
+    def candidates(op: str = typer.Argument(..., help="Op name."),
+                   json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """List the candidates of an op (kernels_generated/<op>/)."""
+        from .toolchain import list_candidates
+
+        rows = [{"id": c.id, "author": c.provenance.author, "created_utc": c.provenance.created_utc,
+                 "scope": c.scope.to_json(), "path": str(c.path)} for c in list_candidates(op)]
+        if json_out:
+            print_json(rows)
+            return
+        for r in rows:
+            console().print(f"{r['id']}  {r['author']:<28} {r['created_utc']}  batch {r['scope']['batch']} tp {r['scope']['tp']}")
+
+    @app.command("check")
+    def check(op: str = typer.Argument(..., help="Op name."),
+              candidate: str = typer.Argument(..., help="Candidate id (or prefix) or folder."),
+              json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """Static checks of a candidate's kernel.py (nothing runs). Exit 1 if rejected."""
+        from .toolchain import check_candidate
+
+        rep = check_candidate(_cand(op, candidate))
+        if json_out:
+            print_json(rep)
+        else:
+            console().print(rep.summary() if rep.ok else "\n".join(str(f) for f in rep.findings), markup=False)
+        if not rep.ok:
+            raise typer.Exit(1)
+
+    @app.command("compile")
+    def compile_cmd(op: str = typer.Argument(..., help="Op name."),
+                    candidate: str = typer.Argument(..., help="Candidate id (or prefix) or folder."),
+                    arch: str = typer.Option("", "--arch", help="Comma-separated archs (default: the candidate's scope)."),
+                    tp: str = typer.Option("", "--tp", help="Comma-separated TP degrees (default: the scope's)."),
+                    timeout_s: float = typer.Option(300.0, "--timeout-s", help="Deadline per compile."),
+                    no_cache: bool = typer.Option(False, "--no-cache", help="Ignore and do not write the compile cache."),
+                    json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """Compile a candidate for each arch x TP in a sandboxed subprocess (cached).
+        Exit 1 if any compile failed."""
+        from rich.progress import Progress
+
+        from .toolchain import check_candidate, compile_matrix
+
+        cand = _cand(op, candidate)
+        st = check_candidate(cand)
+        if not st.ok:
+            if json_out:
+                print_json({"verdict": "STATIC_REJECT", "static": st})
+            else:
+                console().print("STATIC_REJECT: " + st.summary(), markup=False)
+            raise typer.Exit(1)
+        archs = [a.strip() for a in arch.split(",") if a.strip()] or None
+        tps = _csv_ints(tp, "tp") or None
+        with Progress(transient=True, disable=json_out) as prog:
+            n = len(archs or cand.scope.archs) * len(tps or cand.scope.tp)
+            task = prog.add_task(f"compiling {cand.id}", total=n)
+            reps = compile_matrix(cand, archs, tps, timeout_s=timeout_s, use_cache=not no_cache,
+                                  on_done=lambda r: prog.advance(task))
+        if json_out:
+            print_json({"op": op, "candidate": cand.id, "compiles": [r.to_json() for r in reps]})
+        else:
+            _print_compiles(reps)
+        if not all(r.ok for r in reps):
+            raise typer.Exit(1)
+
+    @app.command("eval")
+    def eval_cmd(op: str = typer.Argument(..., help="Op name."),
+                 candidate: str = typer.Argument(..., help="Candidate id (or prefix) or folder."),
+                 batch: str = typer.Option("1,8,64", "--batch", help="Comma-separated batch sizes."),
+                 tp: int = typer.Option(8, "--tp", help="Tensor-parallel degree (8 or 16)."),
+                 routing: str = typer.Option("uniform", "--routing", help="MoE routing profile."),
+                 sets: int = typer.Option(10, "--sets", help="Fresh random input sets per point (>= 10 for gates)."),
+                 no_timing: bool = typer.Option(False, "--no-timing", help="Correctness only."),
+                 no_compiled_ref: bool = typer.Option(False, "--no-compiled-ref", help="Skip torch.compile of the reference."),
+                 incumbent: Optional[str] = typer.Option(None, "--vs", help="Another candidate to time against (A B B A)."),
+                 timeout_s: float = typer.Option(600.0, "--timeout-s", help="Deadline of the GPU worker."),
+                 json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """Static checks, compile for every arch, then on a GPU correctness and timing vs the
+        reference and torch.compile(reference). Exit 0 OK, 1 failed, 3 GPU stages not run."""
+        from rich.progress import Progress
+
+        from .cli_ops import _point
+        from .toolchain import evaluate_candidate
+        from .toolchain.verdict import Verdict
+
+        import reference_impls
+
+        cand = _cand(op, candidate)
+        defn = reference_impls.get(op)
+        points = [_point(defn, b, tp, 0, routing, defn.state_dtypes[0]) for b in _csv_ints(batch, "batch")]
+        inc = _cand(op, incumbent) if incumbent else None
+        with Progress(transient=True, disable=json_out) as prog:
+            task = prog.add_task("static checks", total=2 + len(cand.scope.archs) * 1)
+
+            def on_stage(name, payload):
+                if name == "compile":
+                    prog.update(task, description=f"compiled {payload.arch} ({payload.verdict.value})", advance=1)
+                elif name == "gpu_start":
+                    prog.update(task, description=f"GPU: correctness + timing at {payload} points", advance=1)
+                else:
+                    prog.advance(task)
+
+            rep = evaluate_candidate(cand, points, n_input_sets=sets, time_it=not no_timing,
+                                     vs_compiled_ref=not no_compiled_ref, incumbent=inc, timeout_s=timeout_s,
+                                     on_stage=on_stage)
+        if json_out:
+            print_json(rep)
+        else:
+            _print_eval(rep)
+        if rep.verdict is Verdict.NOT_RUN:
+            raise typer.Exit(NotRunnable.exit_code)
+        if rep.verdict is not Verdict.OK:
+            raise typer.Exit(1)
+
+
+def _print_eval(rep) -> None:
+    from rich.table import Table
+
+    c = console()
+    c.print(f"[bold]{rep.op} {rep.candidate_id}[/bold]: static {'ok' if rep.static.ok else 'REJECTED'}")
+    if rep.compiles:
+        _print_compiles(rep.compiles)
+    if not rep.gpu_run:
+        c.print(f"[yellow]correctness: not run[/yellow]\n[yellow]timing: not run[/yellow]\nverdict {rep.verdict.value}: {rep.message}")
+        return
+    bw = f", copy bandwidth {rep.bandwidth_bytes_per_s / 1e12:.2f} TB/s" if rep.bandwidth_bytes_per_s else ""
+    c.print(f"GPU {rep.gpu} ({rep.arch}){bw}")
+    t = Table(title="correctness and timing (CUDA-graph replay, inputs rotated past L2, A B B A)")
+    for col in ("point", "verdict", "sets", "kernel us", "spread %", "ref us", "compiled ref us", "x ref", "x compiled", "roofline"):
+        t.add_column(col)
+    for p in rep.points:
+        k = p.timing_us.get("kernel", {})
+        f = lambda impl: f"{p.timing_us[impl]['median_us']:.2f}" if impl in p.timing_us else "-"  # noqa: E731
+        t.add_row(p.label, p.verdict.value, str(p.n_input_sets), f("kernel"),
+                  f"{k['spread_pct']:.1f}" if k else "-", f("reference"), f("compiled_reference"),
+                  f"{p.speedup_vs_reference:.2f}" if p.speedup_vs_reference else "-",
+                  f"{p.speedup_vs_compiled_reference:.2f}" if p.speedup_vs_compiled_reference else "-",
+                  f"{p.roofline_fraction:.0%}" if p.roofline_fraction else "-")
+    c.print(t)
+    c.print(f"verdict {rep.verdict.value}: {rep.message}", markup=False)
+    if rep.worker_log_tail and rep.verdict.value != "OK":
+        c.print(rep.worker_log_tail[-1500:], markup=False, highlight=False)
+    _ = to_jsonable

@@ -1,0 +1,68 @@
+import json
+
+import pytest
+
+from harness.errors import UserError
+from harness.toolchain import Provenance, Scope, candidate_id, create_candidate, list_candidates, load_candidate
+
+SRC = "def compile(tp, options, **static):\n    return None\n"
+
+
+def test_create_load_roundtrip_and_content_id(tmp_path):
+    scope = Scope(tp=(8,), batch=(1, 8))
+    c = create_candidate("moe_router", SRC, scope, Provenance("llm:openai/gpt-x", prompt_hash="ab"), root=tmp_path)
+    assert c.path.name == c.id == candidate_id(SRC, scope)
+    assert c.path.parent == tmp_path / "moe_router"
+    again = load_candidate("moe_router", c.path)
+    assert again.scope == scope and again.provenance.author == "llm:openai/gpt-x"
+    assert again.provenance.created_utc          # filled on creation
+    # same content -> same folder (idempotent); another scope -> another id
+    assert create_candidate("moe_router", SRC, scope, Provenance(), root=tmp_path).path == c.path
+    assert candidate_id(SRC, Scope(tp=(16,))) != c.id
+    assert candidate_id(SRC + "\n", scope) != c.id
+
+
+def test_tampered_kernel_is_refused(tmp_path):
+    c = create_candidate("moe_router", SRC, Scope(), Provenance(), root=tmp_path)
+    (c.path / "kernel.py").write_text(SRC + "# edited\n")
+    with pytest.raises(UserError, match="does not match its content"):
+        load_candidate("moe_router", c.path)
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda m: m.pop("scope"), "missing key 'scope'"),
+    (lambda m: m.update(op="rmsnorm"), "declares op"),
+    (lambda m: m["scope"].update(archs=["sm_75"]), "scope archs"),
+    (lambda m: m["scope"].update(batch=[0, 64]), "scope batch"),
+    (lambda m: m["provenance"].update(author="someone"), "provenance author"),
+])
+def test_malformed_candidate_json_is_a_user_error(tmp_path, mutate, message):
+    c = create_candidate("moe_router", SRC, Scope(), Provenance(), root=tmp_path)
+    meta = json.loads((c.path / "candidate.json").read_text())
+    mutate(meta)
+    (c.path / "candidate.json").write_text(json.dumps(meta))
+    with pytest.raises(UserError, match=message):
+        load_candidate("moe_router", c.path)
+
+
+def test_missing_files_and_unknown_ids(tmp_path, monkeypatch):
+    monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))
+    (tmp_path / "kernels_generated" / "moe_router" / "abc").mkdir(parents=True)
+    with pytest.raises(UserError, match="no kernel.py"):
+        load_candidate("moe_router", "abc")
+    with pytest.raises(UserError, match="not found"):
+        load_candidate("moe_router", "zzz")
+    with pytest.raises(UserError, match="unknown op"):
+        load_candidate("no_such_op", "abc")
+
+
+def test_list_candidates_skips_malformed(tmp_path):
+    good = create_candidate("moe_router", SRC, Scope(), Provenance(), root=tmp_path)
+    (tmp_path / "moe_router" / "broken").mkdir()
+    assert [c.id for c in list_candidates("moe_router", root=tmp_path)] == [good.id]
+
+
+def test_committed_moe_router_candidate_loads():
+    cands = list_candidates("moe_router")
+    assert cands, "the hand-written moe_router candidate is missing"
+    assert all(c.provenance.author for c in cands)
