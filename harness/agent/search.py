@@ -3,7 +3,7 @@
 A halving neighbourhood search: round 1 tries each family's start point plus a seeded
 spread of the space; every later round keeps the best half of what was scored (at least
 one survivor, best first) and proposes untried one-step neighbours of the survivors,
-filling any slack with seeded random untried points. Scores are "lower is better":
+best survivor's first, filling any slack with seeded random untried points. Scores are "lower is better":
 measured time on a GPU, or the compile-feedback proxy without one.
 """
 from __future__ import annotations
@@ -53,11 +53,9 @@ class HalvingSearch:
                     take(Proposal(f.name, s))
         else:
             survivors = [by_key[key] for _, key in ranked[: max(1, math.ceil(len(ranked) / 2))]]
-            pools = [self.families[s.family].neighbours(s.params) for s in survivors]
-            for i in range(max((len(p) for p in pools), default=0)):   # round-robin, best survivor first
-                for s, pool in zip(survivors, pools):
-                    if i < len(pool):
-                        take(Proposal(s.family, pool[i]))
+            for s in survivors:                       # best survivor's neighbours first
+                for q in self.families[s.family].neighbours(s.params):
+                    take(Proposal(s.family, q))
         rest = [p for p in self.space if p.key not in tried and p.key not in seen]
         rng.shuffle(rest)
         for p in rest:

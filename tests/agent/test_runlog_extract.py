@@ -1,0 +1,45 @@
+"""Run-log durability (torn tails, atomic writes), key scrubbing and reply extraction."""
+from __future__ import annotations
+
+import json
+
+from harness.agent.extract import ReplyProblem, extract_kernel
+from harness.agent.runlog import EventKind, RunLog
+from harness.agent.secrets import REDACTED, scrub
+
+from .conftest import FAKE_OPENAI_KEY, fenced, tiny_kernel
+
+
+def test_torn_tail_is_dropped_and_appends_continue(tmp_path):
+    log = RunLog.create(tmp_path, "r1")
+    log.append(EventKind.ROUND_STARTED, round=1)
+    log.append(EventKind.ROUND_FINISHED, round=1)
+    with open(log.events_path, "a") as f:
+        f.write('{"seq": 3, "kind": "round_sta')          # the process died mid-write
+    again = RunLog.open(tmp_path, "r1")
+    assert [e.seq for e in again.events] == [1, 2]
+    again.append(EventKind.ROUND_STARTED, round=2)
+    lines = [json.loads(l) for l in again.events_path.read_text().splitlines()]
+    assert [l["seq"] for l in lines] == [1, 2, 3] and lines[2]["data"] == {"round": 2}
+
+
+def test_keys_are_scrubbed_from_events_and_files(tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", FAKE_OPENAI_KEY)
+    log = RunLog.create(tmp_path, "r2")
+    log.append(EventKind.LLM_CALL, detail=f"401: bad key {FAKE_OPENAI_KEY}", header="x-api-key: abcdefgh12345")
+    log.write_text("replies", "a.md", f"the key is {FAKE_OPENAI_KEY}")
+    blob = b"".join(p.read_bytes() for p in (tmp_path / "r2").rglob("*") if p.is_file())
+    assert FAKE_OPENAI_KEY.encode() not in blob and b"abcdefgh12345" not in blob
+    assert REDACTED in scrub("Authorization: Bearer sk-abcdefghijklmnopqrstuv")
+
+
+def test_extract_takes_only_the_fenced_module():
+    ok = extract_kernel(fenced(tiny_kernel()))
+    assert ok.ok and ok.code == tiny_kernel()
+    assert extract_kernel("just prose").problem is ReplyProblem.NO_CODE
+    assert extract_kernel("```python\ndef compile(:\n```\n").problem is ReplyProblem.SYNTAX
+    assert extract_kernel("```python\ndef compile(tp, options): pass\n```\n").problem is ReplyProblem.MISSING_API
+    two = fenced(tiny_kernel()) + fenced(tiny_kernel())
+    assert extract_kernel(two).problem is ReplyProblem.AMBIGUOUS
+    helper = "```python\nx = 1\n```\n" + fenced(tiny_kernel())     # a snippet plus the module: the module wins
+    assert extract_kernel(helper).code == tiny_kernel()

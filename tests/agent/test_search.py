@@ -1,0 +1,91 @@
+"""The template agent's search on a synthetic cost model (no compiles): it must find the
+global best of a space with one basin, an interaction term and infeasible/failing points,
+using far fewer evaluations than the space holds."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from harness.agent.families import Family, load_families, params_key
+from harness.agent.search import FAILED, HalvingSearch, compile_proxy
+
+SPACE = {"threads": [32, 64, 128, 256, 512], "vec": [1, 2, 4, 8], "split_k": [1, 2, 4, 7, 14], "unroll": [1, 2, 4]}
+
+
+def synthetic_cost(p: dict) -> float:
+    """Bowl with its minimum at threads=128, vec=8, split_k=7, unroll=2 and an interaction."""
+    if p["threads"] == 512 and p["vec"] == 8:
+        return FAILED                                  # "spills": refuses to compile
+    i = {k: SPACE[k].index(v) for k, v in p.items()}
+    return ((i["threads"] - 2) ** 2 + 1.5 * (i["vec"] - 3) ** 2 + (i["split_k"] - 3) ** 2
+            + 0.5 * (i["unroll"] - 1) ** 2 + 0.3 * abs((i["threads"] - 2) * (i["split_k"] - 3)) + 10.0)
+
+
+def _family(tmp_path: Path, constraints=()) -> Family:
+    tpl = tmp_path / "kernels" / "moe_router" / "synthetic.py.j2"
+    tpl.parent.mkdir(parents=True)
+    tpl.write_text("THREADS = {{ threads }}\nVEC = {{ vec }}\nSPLIT_K = {{ split_k }}\nUNROLL = {{ unroll }}\n")
+    (tpl.parent / "synthetic.space.json").write_text(json.dumps(
+        {"params": SPACE, "constraints": list(constraints), "default": {"threads": 32, "vec": 1, "split_k": 1, "unroll": 1}}))
+    return load_families("moe_router", tmp_path)[0]
+
+
+def _run(search: HalvingSearch, k: int, rounds: int) -> dict[str, float]:
+    scores: dict[str, float] = {}
+    for r in range(1, rounds + 1):
+        for p in search.propose(k, scores, r):
+            scores[p.key] = synthetic_cost(p.params)
+    return scores
+
+
+def test_search_finds_the_best_configuration(tmp_path):
+    fam = _family(tmp_path)
+    space = fam.configs()
+    truth = min(space, key=synthetic_cost)
+    search = HalvingSearch([fam], seed=1)
+    scores = _run(search, k=4, rounds=12)
+    best_key, best_score = search.best(scores)
+    assert best_key == params_key(fam.name, truth)
+    assert best_score == synthetic_cost(truth)
+    assert len(scores) <= 48 < len(space)              # 48 of 300 points tried
+    assert len(scores) == len(set(scores))             # never the same point twice
+
+
+def test_search_respects_constraints_and_never_repeats(tmp_path):
+    fam = _family(tmp_path, constraints=["threads * vec <= 1024"])
+    search = HalvingSearch([fam], seed=3)
+    scores = _run(search, k=5, rounds=30)
+    for key in scores:
+        p = json.loads(key.split(":", 1)[1])
+        assert p["threads"] * p["vec"] <= 1024
+    assert len(scores) == len({k for k in scores})
+
+
+def test_search_recovers_when_every_point_of_a_round_fails(tmp_path):
+    fam = _family(tmp_path)
+    search = HalvingSearch([fam], seed=0)
+    first = search.propose(3, {}, 1)
+    assert first[0].params == fam.default                # the declared start point first
+    scores = {p.key: FAILED for p in first}
+    nxt = search.propose(3, scores, 2)
+    assert len(nxt) == 3 and not {p.key for p in nxt} & set(scores)
+
+
+def test_render_is_strict(tmp_path):
+    fam = _family(tmp_path)
+    src = fam.render({"threads": 64, "vec": 4, "split_k": 2, "unroll": 1})
+    assert "THREADS = 64" in src and "VEC = 4" in src
+    with pytest.raises(ValueError):
+        fam.render({"threads": 3, "vec": 4, "split_k": 2, "unroll": 1})
+
+
+def test_compile_proxy_orders_spills_then_registers():
+    no_spill_many_regs = compile_proxy([200, 180], [0, 0], [4, 4])
+    spill_few_regs = compile_proxy([64, 64], [16, 0], [4, 4])
+    few_regs = compile_proxy([64, 60], [0, 0], [0, 0])
+    assert few_regs < no_spill_many_regs < spill_few_regs
+    assert compile_proxy([64], [0], [8]) < compile_proxy([64], [0], [0])
+    assert math.isfinite(compile_proxy([None], [None], [None]))
