@@ -1,0 +1,155 @@
+"""Collecting the dashboard's views from the folder layout: kernels_generated/<op>/<id>/
+(candidates and their evidence), kernels_generated/promoted.json, runs/<run-id>/ and the
+promotion branches in git. Read-only: nothing under the root is written or locked."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .. import evidence as ev
+from ..errors import UserError
+from . import extract
+from .history import promotion_history
+from .model import (Badge, CandidateView, EvidenceView, GateView, OpView, PromotionState, RunView, SiteData)
+from .runs import collect_runs
+
+GATE_ORDER = ("isolation", "static", "scope", "numerics_unit", "numerics_model", "perf_sweep")
+
+
+def collect(root: Path) -> SiteData:
+    import reference_impls
+
+    warnings: list[str] = []
+    manifest = _manifest(root, warnings)
+    runs = collect_runs(root / "runs", warnings)
+    run_recs = _run_candidate_records(root / "runs", runs)
+    history, note = promotion_history(root)
+    ops = []
+    for name in reference_impls.OP_NAMES:
+        defn = reference_impls.get(name)
+        cands = _candidates(root, name, manifest.get(name), run_recs, warnings)
+        op = OpView(name=name, summary=defn.summary, incumbent=manifest.get(name), best=_best(cands),
+                    state=PromotionState.NONE, candidates=cands)
+        op.state = _state(op)
+        op.last_promotion = next((h for h in history if h.op == name), None)
+        ops.append(op)
+    for extra in sorted(p.name for p in (root / "kernels_generated").glob("*") if p.is_dir()):
+        if extra not in reference_impls.OP_NAMES and not extra.startswith("."):
+            warnings.append(f"kernels_generated/{extra}: not an op of the catalogue (ignored)")
+    return SiteData(root=str(root), generated_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                    ops=ops, runs=runs, history=history, history_note=note, warnings=warnings)
+
+
+def _manifest(root: Path, warnings: list[str]) -> dict[str, str]:
+    from ..promotion import read_manifest
+
+    try:
+        return {e["op"]: e["candidate"] for e in read_manifest(root)}
+    except UserError as exc:
+        warnings.append(str(exc))
+        return {}
+
+
+def _run_candidate_records(runs_dir: Path, runs: list[RunView]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """candidate id -> [(run id, runs/<run>/candidates/<id>.json)]."""
+    out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    for r in runs:
+        for p in sorted((runs_dir / r.id / "candidates").glob("*.json")):
+            try:
+                out.setdefault(p.stem, []).append((r.id, json.loads(p.read_text())))
+            except (OSError, json.JSONDecodeError):
+                continue
+    return out
+
+
+def _candidates(root: Path, op: str, incumbent: str | None, run_recs, warnings: list[str]) -> list[CandidateView]:
+    from ..toolchain.candidate import KERNEL_FILE, load_candidate
+
+    base = root / "kernels_generated" / op
+    out = []
+    for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")) if base.is_dir() else []:
+        cv = CandidateView(op=op, id=folder.name, promoted=folder.name == incumbent)
+        try:
+            cand = load_candidate(op, folder)
+        except UserError as exc:
+            cv.load_error = str(exc)
+            k = folder / KERNEL_FILE
+            cv.source = k.read_text(errors="replace") if k.is_file() else ""
+            warnings.append(f"{op}/{folder.name}: {exc}")
+        else:
+            p = cand.provenance
+            cv.author, cv.parent, cv.created_utc, cv.template = p.author, p.parent, p.created_utc, p.template
+            cv.scope, cv.source = cand.scope.to_json(), cand.source
+        _evidence(root, cv)
+        for run_id, rec in run_recs.get(cv.id, []):
+            cv.runs.append(run_id)
+            cv.compile += extract.run_compile_facts(rec, run_id)
+        out.append(cv)
+    return sorted(out, key=lambda c: (c.created_utc, c.id))
+
+
+def _evidence(root: Path, cv: CandidateView) -> None:
+    """Every record of the candidate, and the latest verdict per gate (fresh records win
+    over stale ones, as promotion judges)."""
+    try:
+        now = ev.current_hashes(root, cv.op, cv.id)
+    except Exception:  # noqa: BLE001 - a root without gates/ or references: freshness unknown
+        now = None
+    latest: dict[str, tuple[bool, str, GateView]] = {}
+    for path, rec in ev.records(root, cv.op, cv.id):
+        if isinstance(rec, ev.EvidenceError):
+            cv.evidence.append(EvidenceView(file=path.name, error=str(rec)))
+            continue
+        stale = ev.hash_mismatches(rec, now) if now is not None else []
+        hw = rec.hardware or {}
+        cv.evidence.append(EvidenceView(file=path.name, created_utc=rec.created_utc, host=rec.host,
+                                        gpu=str(hw.get("gpu", "no GPU")), hardware=hw,
+                                        gate_config_version=rec.gate_config_version, head_commit=rec.head_commit,
+                                        verdicts={g.gate: g.verdict for g in rec.gates}, stale=stale))
+        for g in rec.gates:
+            gv = GateView(gate=g.gate, badge=Badge(g.verdict), record=path.name, created_utc=rec.created_utc,
+                          host=rec.host, stale=stale, reasons=list(g.reasons), numbers=g.numbers, duration_s=g.duration_s)
+            rank = (not stale, rec.created_utc)
+            if g.gate not in latest or rank >= latest[g.gate][:2]:
+                latest[g.gate] = (*rank, gv)
+    cv.evidence.sort(key=lambda e: e.created_utc or e.file, reverse=True)
+    cv.gates = {g: (latest[g][2] if g in latest else GateView(g, Badge.MISSING)) for g in GATE_ORDER}
+    for g, (_, _, gv) in latest.items():
+        if g not in cv.gates:
+            cv.gates[g] = gv
+    perf = cv.gates["perf_sweep"]
+    if perf.badge is not Badge.MISSING:
+        cv.sweep = extract.sweep_points(perf.numbers)
+        cv.geomean_speedup = extract._num(perf.numbers.get("geomean_speedup"))
+        layer = perf.numbers.get("layer")
+        cv.layer = layer if isinstance(layer, dict) else None
+    scope = cv.gates["scope"]
+    if scope.badge is not Badge.MISSING:
+        cv.compile += extract.compile_facts(scope.numbers, f"scope gate {scope.record}")
+    model = cv.gates["numerics_model"]
+    if model.badge is not Badge.MISSING:
+        cv.model_runs = extract.model_runs(model.numbers)
+        cv.drift = extract.drift_series(model.numbers)
+    for name, gv in cv.gates.items():
+        cv.counters += extract.counter_rows(gv.numbers, name)
+
+
+def _best(cands: list[CandidateView]) -> str | None:
+    """Highest geometric-mean speedup over the sweep; without sweeps, most gates passed."""
+    timed = [c for c in cands if c.geomean_speedup is not None and not c.load_error]
+    if timed:
+        return max(timed, key=lambda c: (c.all_pass_fresh, c.geomean_speedup, c.n_pass)).id
+    gated = [c for c in cands if c.n_pass and not c.load_error]
+    return max(gated, key=lambda c: (c.n_pass, c.created_utc)).id if gated else None
+
+
+def _state(op: OpView) -> PromotionState:
+    if op.incumbent:
+        return PromotionState.PROMOTED
+    if any(c.all_pass_fresh for c in op.candidates):
+        return PromotionState.READY
+    if any(c.evidence for c in op.candidates):
+        return PromotionState.GATED
+    return PromotionState.CANDIDATES if op.candidates else PromotionState.NONE
