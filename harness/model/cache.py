@@ -54,6 +54,13 @@ class DecodeCache:
         return DecodeCache(self.lens.clone(), self.max_len, {k: v.clone() for k, v in self.kv.items()},
                            {k: v.clone() for k, v in self.conv.items()}, {k: v.clone() for k, v in self.state.items()})
 
+    def copy_from(self, other: "DecodeCache") -> None:
+        """Overwrite this cache's contents in place (its buffers keep their addresses)."""
+        self.lens.copy_(other.lens)
+        for mine, theirs in ((self.kv, other.kv), (self.conv, other.conv), (self.state, other.state)):
+            for k, v in mine.items():
+                v.copy_(theirs[k])
+
     def nbytes(self) -> int:
         ts = list(self.kv.values()) + list(self.conv.values()) + list(self.state.values())
         return sum(t.numel() * t.element_size() for t in ts)

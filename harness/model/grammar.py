@@ -8,6 +8,7 @@ document is complete, so a sequence ends with a schema-valid JSON text.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +35,8 @@ class JsonConstraint:
         self._ll_tok = llg.LLTokenizer(llg.TokenizerWrapper(self.tokenizer), n_vocab=self.tokenizer.vocab_size)
         self._grammar = llg.LLMatcher.grammar_from_json_schema(
             json.dumps(self.schema), defaults={"whitespace_flexible": False})
-        ok, msg = llg.LLMatcher.validate_grammar(self._grammar, self._ll_tok)
-        if not ok:
+        msg = llg.LLMatcher.validate_grammar(self._grammar, self._ll_tok)
+        if msg and not msg.startswith("WARNING"):
             raise ValueError(f"JSON schema rejected by llguidance: {msg}")
 
     def matchers(self, n: int) -> list[Any]:
@@ -69,7 +70,7 @@ class JsonConstraint:
 
 def validate(schema: dict[str, Any], text: str) -> bool:
     """Is `text` a JSON document valid under `schema`? (the subset our shipped schemas use:
-    object/array/string/integer/number/boolean/enum/required/additionalProperties/bounds)."""
+    object/array/string/integer/number/boolean/enum/required/additionalProperties/bounds/pattern)."""
     try:
         doc = json.loads(text)
     except ValueError:
@@ -97,7 +98,9 @@ def _valid(s: dict[str, Any], v: Any) -> bool:
             return False
         return all(_valid(s.get("items", {}), x) for x in v)
     if t == "string":
-        return isinstance(v, str) and s.get("minLength", 0) <= len(v) <= s.get("maxLength", len(v))
+        if not isinstance(v, str) or not s.get("minLength", 0) <= len(v) <= s.get("maxLength", len(v)):
+            return False
+        return "pattern" not in s or re.search(s["pattern"], v) is not None
     if t in ("integer", "number"):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or (t == "integer" and not isinstance(v, int)):
             return False
@@ -105,3 +108,21 @@ def _valid(s: dict[str, Any], v: Any) -> bool:
     if t == "boolean":
         return isinstance(v, bool)
     return True
+
+
+class RowConstraints:
+    """One constraint per row (rows of one batch may follow different schemas)."""
+
+    def __init__(self, per_row: list[JsonConstraint]) -> None:
+        self.per_row = per_row
+
+    def matchers(self, n: int) -> list[Any]:
+        if n != len(self.per_row):
+            raise ValueError(f"{len(self.per_row)} constraints for {n} rows")
+        return [c.matchers(1)[0] for c in self.per_row]
+
+    def allowed_mask(self, matchers: list[Any]) -> torch.Tensor:
+        return torch.cat([c.allowed_mask([m]) for c, m in zip(self.per_row, matchers)])
+
+    def advance(self, matchers: list[Any], tokens: list[int]) -> list[bool]:
+        return [c.advance([m], [t])[0] for c, m, t in zip(self.per_row, matchers, tokens)]

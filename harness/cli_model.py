@@ -1,0 +1,137 @@
+"""`harness eval-model` and `harness trace`: the K3 decode path, kernels on vs off, and the
+registry's record of which implementation ran."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from .errors import UserError
+from .output import console, print_json, to_jsonable
+
+
+def _counter_table(title: str, rows: list[dict[str, Any]]):
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("op", "outcome", "reason", "count"):
+        t.add_column(col, justify="right" if col == "count" else "left")
+    for r in rows:
+        style = "green" if r["outcome"] == "kernel" else ("red" if r["reason"] == "error" else "")
+        t.add_row(r["op"], r["outcome"], r["reason"], str(r["count"]), style=style)
+    return t
+
+
+def _trace_doc(reg) -> dict[str, Any]:
+    from . import registry
+
+    return {"counters": registry.counter_rows(reg.counters()), "errors": reg.errors(),
+            "promoted": [{"op": e.op, "candidate": e.candidate} for e in reg.kernels().values()]}
+
+
+def _rows_from_file(path: Path) -> dict[str, list[dict[str, Any]]]:
+    """A saved trace ({"counters": rows}) or an eval-model JSON (paths[].trace)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read trace {path}: {exc}") from None
+    if isinstance(doc, dict) and "counters" in doc:
+        return {"trace": doc["counters"]}
+    if isinstance(doc, dict) and "paths" in doc:
+        return {f"kernels {p['kernels']}": p["trace"] for p in doc["paths"]}
+    raise UserError(f"{path} is neither a saved trace nor an eval-model result")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("trace")
+    def trace_cmd(
+        from_file: Optional[Path] = typer.Option(None, "--from", help="print a saved trace or eval-model JSON"),
+        config: str = typer.Option("tiny", help="model config for the live decode"),
+        steps: int = typer.Option(4, help="decode steps of the live run"),
+        batch: int = typer.Option(2, help="rows of the live run"),
+        save: Optional[Path] = typer.Option(None, help="write the trace JSON here"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Registry counters (op, kernel|fallback, reason): from a short live decode or a file."""
+        if from_file is not None:
+            tables = _rows_from_file(from_file)
+            if as_json:
+                print_json(tables)
+                return
+            for title, rows in tables.items():
+                console().print(_counter_table(title, rows))
+            return
+        import torch
+
+        from . import registry
+        from .model import DecodeCache, K3Decoder, get_config, init_weights
+
+        if steps < 1 or batch < 1:
+            raise UserError("--steps and --batch must be >= 1")
+        cfg = get_config(config)
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        reg = registry.default()
+        model = K3Decoder(cfg, init_weights(cfg, 0, dev), reg)
+        cache = DecodeCache.allocate(cfg, batch, 4 + steps + 1, dev)
+        logits = model.prefill([[cfg.bos_id, 72, 105, 33][: 4 - b % 2] for b in range(batch)], cache)
+        for _ in range(steps):
+            logits = model.step(logits.argmax(-1), cache)
+        doc = _trace_doc(reg)
+        if save is not None:
+            save.write_text(json.dumps(doc, indent=2) + "\n")
+        if as_json:
+            print_json(doc)
+            return
+        console().print(_counter_table(f"registry trace: {config}, {steps} steps, B={batch}", doc["counters"]))
+        for op, msg in doc["errors"].items():
+            console().print(f"[red]kernel error[/red] {op}: {msg}")
+
+    @app.command("eval-model")
+    def eval_model_cmd(
+        config: str = typer.Option("tiny", help="tiny | k3-tp8-rank | k3-tp16-rank"),
+        steps: int = typer.Option(8, help="decode steps (>= 1024 for the long-generation check)"),
+        context: int = typer.Option(16, help="prompt tokens before decoding (>= 32768 on GPU configs)"),
+        kernels: str = typer.Option("both", help="on | off | both"),
+        batch: int = typer.Option(2, help="sequences decoded together (different lengths)"),
+        layers: Optional[int] = typer.Option(None, help="layer count (K3 rank configs default to 8)"),
+        seed: int = typer.Option(0),
+        structured: int = typer.Option(2, help="rows of JSON-schema constrained generation per path"),
+        save: Optional[Path] = typer.Option(None, help="write the result JSON here"),
+        as_json: bool = typer.Option(False, "--json"),
+    ) -> None:
+        """Decode the same prompts with the registry's kernels on and off; compare logits."""
+        from rich.progress import Progress
+
+        from .model.evaluate import KernelsMode, evaluate_model
+
+        try:
+            mode = KernelsMode(kernels)
+        except ValueError:
+            raise UserError(f"--kernels must be on, off or both (got '{kernels}')") from None
+        with Progress(console=console(), transient=True, disable=as_json) as bar:
+            task = bar.add_task("eval-model", total=None)
+
+            def tick(what: str, i: int, n: int) -> None:
+                bar.update(task, description=f"{what} {i}/{n}", completed=i, total=n)
+
+            res = evaluate_model(config, steps=steps, context=context, batch=batch, kernels=mode, seed=seed,
+                                 structured=structured, n_layers=layers, progress=tick)
+        doc = to_jsonable(res)
+        if save is not None:
+            save.write_text(json.dumps(doc, indent=2) + "\n")
+        if as_json:
+            print_json(doc)
+            return
+        c = console()
+        c.print(f"[bold]{res.config}[/bold] ({res.n_layers} layers) on {res.device}: {res.steps} steps after "
+                f"{res.context}-token context, B={res.batch}, seed {res.seed}, kernels {res.kernels.value}, "
+                f"{res.wall_s:.1f} s")
+        if res.greedy_agreement is not None:
+            c.print(f"greedy agreement {100 * res.greedy_agreement:.2f}%   max |logit err| {res.max_logit_err:.3g}   "
+                    f"KL mean {res.mean_kl:.3g} max {res.max_kl:.3g}")
+        for p in res.paths:
+            c.print(f"kernels {p.kernels}: schema-valid {p.schema_valid}/{p.schema_total} "
+                    f"({100 * p.schema_valid_rate:.0f}%), kernel calls {p.kernel_calls}, decode {p.decode_s:.1f} s")
+            c.print(_counter_table(f"trace, kernels {p.kernels}", p.trace))
