@@ -14,6 +14,8 @@ current block, `blocks` the sealed block sums, blocks[0] = the embedding):
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from harness import registry as registry_mod
@@ -21,6 +23,19 @@ from harness import registry as registry_mod
 from .cache import DecodeCache
 from .config import ModelConfig
 from .weights import Weights
+
+
+@dataclass
+class StepState:
+    """What flows between layers within one decode step."""
+
+    x: torch.Tensor               # embedding [B, H]
+    blocks: torch.Tensor          # sealed block sums [B, max_blocks, H]; the first nb are valid
+    nb: int
+    zeros: torch.Tensor
+    prefix: torch.Tensor          # running sum of the current block
+    delta: torch.Tensor           # the previous sublayer's output, not yet added to prefix
+    new_lens: torch.Tensor        # cache lengths after this step's token
 
 
 class K3Decoder:
@@ -43,38 +58,43 @@ class K3Decoder:
     @torch.no_grad()
     def step(self, tokens: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
         """tokens int64 [B] (one per row) -> fp32 logits [B, V]; appends to every cache row."""
-        cfg, w = self.cfg, self.w
-        x = w["embed"][tokens]                                            # [B, H] bf16
-        bsz = x.shape[0]
-        blocks = torch.empty(bsz, cfg.max_blocks, cfg.hidden, dtype=x.dtype, device=x.device)
-        nb = 0
+        st = self.begin(tokens, cache)
+        for i in range(self.cfg.n_layers):
+            self.layer(i, st, cache)
+        return self.finish(st, cache)
+
+    def begin(self, tokens: torch.Tensor, cache: DecodeCache) -> "StepState":
+        x = self.w["embed"][tokens]                                       # [B, H] bf16
+        blocks = torch.empty(x.shape[0], self.cfg.max_blocks, self.cfg.hidden, dtype=x.dtype, device=x.device)
         zeros = torch.zeros_like(x)
-        prefix, delta = zeros, zeros
-        new_lens = cache.lens + 1
-        for i in range(cfg.n_layers):
-            p = f"layers.{i}."
-            if i == 0:
-                h = self._run("rmsnorm", p + "attn_norm", x=x, weight=w[p + "attn_norm"])["out"]
-                prefix = x
-            else:
-                r = self._run("attn_res", p + "attn_res", prefix=prefix, delta=delta, blocks=blocks[:, :nb],
-                              w_res=w[p + "attn_res_w"], w_norm=w[p + "attn_norm"])
-                h, prefix = r["out"], r["new_prefix"]
-            if i % cfg.attn_res_block == 0:                               # seal the block
-                blocks[:, nb] = prefix
-                nb += 1
-                prefix = zeros
-            if cfg.is_mla(i):
-                a = self._mla(h, i, cache, new_lens)
-            else:
-                a = self._kda(h, i, cache)
-            r = self._run("attn_res", p + "mlp_res", prefix=prefix, delta=a, blocks=blocks[:, :nb],
-                          w_res=w[p + "mlp_res_w"], w_norm=w[p + "mlp_norm"])
-            h, prefix = r["out"], r["new_prefix"]
-            delta = self._dense(h, i) if cfg.is_dense(i) else self._moe(h, i)
-        r = self._run("attn_res", "final_res", prefix=prefix, delta=delta, blocks=blocks[:, :nb],
-                      w_res=w["final_res_w"], w_norm=w["final_norm"])
-        cache.lens.copy_(new_lens)
+        return StepState(x, blocks, 0, zeros, zeros, zeros, cache.lens + 1)
+
+    @torch.no_grad()
+    def layer(self, i: int, st: "StepState", cache: DecodeCache) -> None:
+        """Decoder layer i on the step state (AttnRes bookkeeping, attention, FFN)."""
+        cfg, w, p = self.cfg, self.w, f"layers.{i}."
+        if i == 0:
+            h = self._run("rmsnorm", p + "attn_norm", x=st.x, weight=w[p + "attn_norm"])["out"]
+            st.prefix = st.x
+        else:
+            r = self._run("attn_res", p + "attn_res", prefix=st.prefix, delta=st.delta, blocks=st.blocks[:, :st.nb],
+                          w_res=w[p + "attn_res_w"], w_norm=w[p + "attn_norm"])
+            h, st.prefix = r["out"], r["new_prefix"]
+        if i % cfg.attn_res_block == 0:                                   # seal the block
+            st.blocks[:, st.nb] = st.prefix
+            st.nb += 1
+            st.prefix = st.zeros
+        a = self._mla(h, i, cache, st.new_lens) if cfg.is_mla(i) else self._kda(h, i, cache)
+        r = self._run("attn_res", p + "mlp_res", prefix=st.prefix, delta=a, blocks=st.blocks[:, :st.nb],
+                      w_res=w[p + "mlp_res_w"], w_norm=w[p + "mlp_norm"])
+        h, st.prefix = r["out"], r["new_prefix"]
+        st.delta = self._dense(h, i) if cfg.is_dense(i) else self._moe(h, i)
+
+    @torch.no_grad()
+    def finish(self, st: "StepState", cache: DecodeCache) -> torch.Tensor:
+        r = self._run("attn_res", "final_res", prefix=st.prefix, delta=st.delta, blocks=st.blocks[:, :st.nb],
+                      w_res=self.w["final_res_w"], w_norm=self.w["final_norm"])
+        cache.lens.copy_(st.new_lens)
         return self._lm_head(r["out"])
 
     def _lm_head(self, h: torch.Tensor) -> torch.Tensor:

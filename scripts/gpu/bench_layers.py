@@ -1,0 +1,151 @@
+"""Per-layer decode time of the K3 stack on the reference path, eager and CUDA-graph, and
+the number of GPU kernels each layer launches (torch profiler). Writes JSON to $OUT.
+
+    OUT=/tmp/out python scripts/gpu/bench_layers.py                 # k3-tp8-rank, 8 layers, B 1/8/64
+    OUT=/tmp/out python scripts/gpu/bench_layers.py --tiny          # CPU smoke run (tests use it)
+
+Decode after context: every MLA cache row holds `--context` random latent rows and every
+KDA state is random (what a step reads is what matters for time, not where it came from).
+A layer whose ops synchronise with the host cannot be captured; its graph entry carries
+the error instead of a time. Plain torch only (runs without pydantic).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from harness.model.cache import DecodeCache  # noqa: E402
+from harness.model.config import get_config  # noqa: E402
+from harness.model.decoder import K3Decoder  # noqa: E402
+from harness.model.weights import init_weights  # noqa: E402
+from harness.registry import Registry  # noqa: E402
+
+
+def _sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _time_us(fn, iters: int, dev: torch.device) -> float:
+    """Median per-call time over `iters` calls after one warm-up."""
+    fn()
+    _sync(dev)
+    times = []
+    for _ in range(iters):
+        if dev.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) * 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e6)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def _kernels_launched(fn, dev: torch.device) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        fn()
+        _sync(dev)
+    evs = prof.events()
+    gpu = [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA]
+    top_ops = sorted({e.name for e in evs if e.name.startswith("aten::")})
+    return {"gpu_kernels": len(gpu), "aten_ops": sum(1 for e in evs if e.name.startswith("aten::")),
+            "distinct_aten": len(top_ops)}
+
+
+def fill_context(cache: DecodeCache, context: int, gen: torch.Generator) -> None:
+    dev = cache.lens.device
+    cache.lens.fill_(context)
+    for kv in cache.kv.values():
+        kv[:, :context].copy_(torch.randn(kv[:, :context].shape, generator=gen, device=dev).to(kv.dtype))
+    for st in cache.state.values():
+        st.copy_((torch.randn(st.shape, generator=gen, device=dev) * 0.1).to(st.dtype))
+    for cv in cache.conv.values():
+        cv.copy_(torch.randn(cv.shape, generator=gen, device=dev).to(cv.dtype))
+
+
+def bench_batch(model: K3Decoder, batch: int, context: int, iters: int, graphs: bool) -> list[dict]:
+    cfg, dev = model.cfg, model.device
+    gen = torch.Generator(device=dev).manual_seed(batch)
+    cache = DecodeCache.allocate(cfg, batch, context + 2, dev)
+    fill_context(cache, context, gen)
+    tokens = torch.randint(0, 256, (batch,), generator=gen, device=dev)
+    st = model.begin(tokens, cache)
+    states = []                                          # the step state entering each layer
+    for i in range(cfg.n_layers):
+        states.append(copy.copy(st))
+        model.layer(i, st, cache)
+    rows = []
+    for i in range(cfg.n_layers):
+        def run(i=i):
+            model.layer(i, copy.copy(states[i]), cache)
+        row = {"layer": i + 1, "attn": "mla" if cfg.is_mla(i) else "kda", "ffn": "dense" if cfg.is_dense(i) else "moe",
+               "batch": batch, "eager_us": _time_us(run, iters, dev), **_kernels_launched(run, dev),
+               "graph_us": None, "graph_error": None}
+        if graphs and dev.type == "cuda":
+            try:
+                g, st_g = torch.cuda.CUDAGraph(), copy.copy(states[i])
+                side = torch.cuda.Stream()
+                side.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(side):
+                    model.layer(i, copy.copy(states[i]), cache)
+                torch.cuda.current_stream().wait_stream(side)
+                with torch.cuda.graph(g):
+                    model.layer(i, st_g, cache)
+                row["graph_us"] = _time_us(g.replay, iters, dev)
+            except Exception as exc:  # noqa: BLE001 - a host sync inside an op: report it
+                row["graph_error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                torch.cuda.synchronize()
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="k3-tp8-rank")
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--no-graphs", action="store_true")
+    ap.add_argument("--tiny", action="store_true", help="tiny config on any device: a smoke run")
+    a = ap.parse_args(argv)
+    if a.tiny:
+        a.config, a.layers, a.batches, a.context, a.iters = "tiny", None, "1,2", 8, 2
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cfg = get_config(a.config, a.layers)
+    t0 = time.perf_counter()
+    model = K3Decoder(cfg, init_weights(cfg, 0, dev), Registry())    # no kernels: the reference path
+    init_s = time.perf_counter() - t0
+    result = {"config": cfg.name, "n_layers": cfg.n_layers, "context": a.context, "device": str(dev),
+              "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+              "torch": torch.__version__, "weights_init_s": init_s, "rows": []}
+    with torch.no_grad():
+        for b in (int(x) for x in a.batches.split(",")):
+            result["rows"] += bench_batch(model, b, a.context, a.iters, not a.no_graphs)
+    out = Path(os.environ.get("OUT", "."))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"bench_layers_{cfg.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
