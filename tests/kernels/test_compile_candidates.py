@@ -1,0 +1,45 @@
+"""Each human candidate compiles for sm_90a and sm_103a (CPU only, through the toolchain's
+sandboxed compile and cache), with no local-memory spills and only 128-bit global loads
+where the kernel streams data."""
+from __future__ import annotations
+
+import pytest
+
+from harness.toolchain.candidate import list_candidates
+from harness.toolchain.compile import compile_candidate
+
+ARCHS = ("sm_90a", "sm_103a")
+# ops whose every global load is a 16-byte vector by construction
+ALL_LOADS_128B = {"moe_router", "situ_and_mul"}
+
+
+def _human(op):
+    """The candidates rendered from human_candidates.json (other engineers' folders excluded)."""
+    import json
+    from pathlib import Path
+
+    pts = json.loads((Path(__file__).resolve().parents[2] / "prompts/kernels/human_candidates.json").read_text())
+    mine = [{"family": p["family"], "params": p["params"]} for p in pts["candidates"] if p["op"] == op]
+    return [c for c in list_candidates(op) if c.provenance.author == "human" and c.provenance.template in mine]
+
+
+def _cases():
+    import json
+    from pathlib import Path
+
+    pts = json.loads((Path(__file__).resolve().parents[2] / "prompts/kernels/human_candidates.json").read_text())
+    ops = sorted({p["op"] for p in pts["candidates"]})
+    return [(op, c.id, arch) for op in ops for c in _human(op) for arch in ARCHS]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op,cid,arch", _cases())
+def test_candidate_compiles_without_spills(op, cid, arch):
+    cand = next(c for c in _human(op) if c.id == cid)
+    for tp in cand.scope.tp[:1] if op == "moe_router" else cand.scope.tp:   # the router is TP-independent
+        rep = compile_candidate(cand, arch, tp)
+        assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
+        assert rep.spill_bytes == 0, rep.kernels
+        assert rep.kernels, "ptxas reported no kernels"
+        if op in ALL_LOADS_128B:
+            assert rep.global_load_128b_share == 1.0, rep.global_loads_by_bits

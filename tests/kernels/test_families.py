@@ -1,0 +1,42 @@
+"""Every kernel family loads, its declared default renders, and each committed human
+candidate is exactly its family point rendered (so a template edit must be re-rendered)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from harness.agent.families import load_families
+from harness.toolchain.candidate import Scope, candidate_id, load_candidate
+
+ROOT = Path(__file__).resolve().parents[2]
+OPS = sorted(p.name for p in (ROOT / "prompts" / "kernels").iterdir() if p.is_dir() and not p.name.startswith("_"))
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_family_default_renders_valid_python(op):
+    fams = load_families(op, ROOT / "prompts")
+    assert fams, f"no families under prompts/kernels/{op}"
+    for fam in fams:
+        start = fam.start()
+        assert start is not None and fam.feasible(start)
+        src = fam.render(start)
+        compile(src, f"{fam.name}.py", "exec")          # Python syntax, not CUDA
+        assert "def compile(" in src and "def launch(" in src
+        Scope.from_json(fam.scope)
+
+
+def test_human_candidates_match_their_render(human_points):
+    from harness.agent.families import load_family
+
+    assert human_points
+    for pt in human_points:
+        fam = load_family(ROOT / "prompts/kernels" / pt["op"] / f"{pt['family']}.py.j2", pt["op"])
+        assert fam.feasible(pt["params"]), pt
+        src = fam.render(pt["params"])
+        scope = Scope.from_json(fam.scope)
+        cid = candidate_id(src, scope)
+        cand = load_candidate(pt["op"], cid)           # raises if the folder is missing or stale
+        assert cand.source == src
+        assert cand.provenance.author == "human"
+        assert cand.provenance.template == {"family": pt["family"], "params": pt["params"]}
