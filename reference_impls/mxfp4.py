@@ -59,9 +59,11 @@ def decode(packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     k = packed.shape[-1] * 2
     if scale.shape[-1] * GROUP != k:
         raise ValueError(f"{scale.shape[-1]} scales cannot cover {k} values in groups of {GROUP}")
-    vals = torch.nn.functional.embedding(packed.long(), byte_table(packed.device))     # [..., K/2, 2]
-    vals = vals.reshape(*packed.shape[:-1], k // GROUP, GROUP)
-    return (vals * e8m0_to_float(scale)[..., None]).flatten(-2)
+    # one gather of (low, high) pairs per byte, then the group scale in place: 2 passes
+    vals = torch.nn.functional.embedding(packed.int(), byte_table(packed.device))      # [..., K/2, 2]
+    vals = vals.view(*packed.shape[:-1], k // GROUP, GROUP)
+    vals.mul_(e8m0_to_float(scale).unsqueeze(-1))
+    return vals.view(*packed.shape[:-1], k)
 
 
 def encode(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,147 @@
+"""Every catalogue reference against the independent computations in naive.py, at small
+sizes. Tolerances here bound the reference's fp32 error plus one bf16 rounding of outputs."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import reference_impls
+from harness.opdef import Point
+from reference_impls import mxfp4
+
+import refimpl_naive as naive
+
+
+def _close_bf16(got: torch.Tensor, want: torch.Tensor, rtol: float = 8e-3, atol: float = 1e-4) -> None:
+    """bf16 output vs a float64 value: within half an ulp plus fp32 slack."""
+    torch.testing.assert_close(got.double(), want.double(), rtol=rtol, atol=atol)
+
+
+def _inputs(op: str, point: Point, seed: int = 0) -> tuple:
+    d = reference_impls.get(op)
+    inp = d.make_inputs(point, torch.Generator().manual_seed(seed), "cpu")
+    return d, inp, d.run_reference(inp)
+
+
+@pytest.mark.parametrize("tp", [8, 16])
+def test_rmsnorm(tp: int) -> None:
+    _, inp, out = _inputs("rmsnorm", Point(3, tp))
+    _close_bf16(out["out"], naive.rms64(inp["x"]) * inp["weight"].double())
+
+
+def test_add_rmsnorm() -> None:
+    _, inp, out = _inputs("add_rmsnorm", Point(3))
+    r = (inp["x"].double() + inp["residual"].double()).to(torch.bfloat16)
+    assert torch.equal(out["residual_out"], r)
+    _close_bf16(out["out"], naive.rms64(r) * inp["weight"].double())
+
+
+@pytest.mark.parametrize("tp", [8, 16])
+def test_situ_and_mul(tp: int) -> None:
+    _, inp, out = _inputs("situ_and_mul", Point(4, tp))
+    i = inp["gate_up"].shape[1] // 2
+    assert out["out"].shape[1] == 2 * 3072 // tp
+    _close_bf16(out["out"], naive.situ64(inp["gate_up"][:, :i], inp["gate_up"][:, i:]))
+
+
+def test_silu_and_mul() -> None:
+    _, inp, out = _inputs("silu_and_mul", Point(4))
+    g, u = inp["gate_up"][:, :768].double(), inp["gate_up"][:, 768:].double()
+    _close_bf16(out["out"], g / (1 + torch.exp(-g)) * u)
+
+
+def test_attn_res_fixed_and_variable_blocks() -> None:
+    d, inp, out = _inputs("attn_res", Point(2))
+    want_out, want_prefix = naive.attn_res(inp["prefix"], inp["delta"], inp["blocks"], inp["w_res"], inp["w_norm"])
+    assert torch.equal(out["new_prefix"], want_prefix.to(torch.bfloat16))
+    _close_bf16(out["out"], want_out)
+    from reference_impls.attn_res import attn_res_mix
+
+    for nb in (1, 3):                     # the decoder's growing block list
+        got, _ = attn_res_mix(inp["prefix"], inp["delta"], list(inp["blocks"][:, :nb].unbind(1)), inp["w_res"], inp["w_norm"])
+        want, _ = naive.attn_res(inp["prefix"], inp["delta"], inp["blocks"][:, :nb], inp["w_res"], inp["w_norm"])
+        _close_bf16(got, want)
+
+
+@pytest.mark.parametrize("shape", ["kda_f_b", "mla_q_b", "kda_in_proj"])
+def test_skinny_gemm(shape: str) -> None:
+    d = reference_impls.get("skinny_gemm")
+    pt = Point(2, 16, shape=shape)
+    inp = d.make_inputs(pt, torch.Generator().manual_seed(1), "cpu")
+    out = d.run_reference(inp)["out"]
+    x, w = inp["x"].double(), inp["weight"].double()
+    want = torch.tensor([[sum(float(x[b, k]) * float(w[n, k]) for k in range(x.shape[1])) for n in range(0, w.shape[0], 97)]
+                         for b in range(2)], dtype=torch.float64) if shape == "kda_f_b" else x @ w.t()
+    got = out[:, ::97] if shape == "kda_f_b" else out
+    _close_bf16(got, want, atol=1e-3)
+
+
+def test_oproj_allreduce_residual_ranks() -> None:
+    from reference_impls.oproj_allreduce_residual import reference_ranks
+
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(2, 768, generator=g).bfloat16() for _ in range(3)]
+    ws = [(torch.randn(7168, 768, generator=g) / 100).bfloat16() for _ in range(3)]
+    res = torch.randn(2, 7168, generator=g).bfloat16()
+    want = res.double() + sum(x.double() @ w.double().t() for x, w in zip(xs, ws))
+    _close_bf16(reference_ranks(xs, ws, res), want, atol=1e-3)
+    d, inp, out = _inputs("oproj_allreduce_residual", Point(2, 16))
+    _close_bf16(out["out"], inp["residual"].double() + inp["x"].double() @ inp["w_o"].double().t(), atol=1e-3)
+
+
+@pytest.mark.parametrize("state_dtype", ["fp32", "bf16"])
+def test_kda_decode(state_dtype: str) -> None:
+    d, inp, out = _inputs("kda_decode", Point(2, 16, state_dtype=state_dtype))
+    want = naive.kda_step(inp)
+    assert torch.equal(out["conv_state"], want["conv_state"].to(torch.bfloat16))
+    assert out["state"].dtype == inp["state"].dtype
+    tol = 1e-5 if state_dtype == "fp32" else 8e-3
+    torch.testing.assert_close(out["state"].double(), want["state"], rtol=tol, atol=tol)
+    _close_bf16(out["o"], want["o"], atol=1e-3)
+    assert not torch.equal(out["state"], inp["state"])        # the input buffer is not mutated...
+    assert torch.equal(inp["state"], d.make_inputs(Point(2, 16, state_dtype=state_dtype),
+                                                   torch.Generator().manual_seed(0), "cpu")["state"])
+
+
+def test_mla_decode_splits_and_lengths() -> None:
+    from reference_impls.mla_decode import reference
+
+    d, inp, out = _inputs("mla_decode", Point(5, 16, context=37))
+    lens = sorted(inp["cache_lens"].tolist())
+    assert lens[-1] == 37 and lens[0] < 37                    # lengths vary, the longest fills L
+    lat, lse = naive.mla(inp)
+    _close_bf16(out["lat"], lat, atol=1e-3)
+    torch.testing.assert_close(out["lse"].double(), lse, rtol=1e-5, atol=1e-5)
+    for splits in (1, 3, 7, 64):                              # 64 > L: empty splits
+        o = reference(**inp, num_splits=splits)
+        torch.testing.assert_close(o["lse"].double(), lse, rtol=1e-5, atol=1e-5)
+        _close_bf16(o["lat"], lat, atol=1e-3)
+    # rows past cache_lens never count: poisoning them changes nothing
+    poisoned = dict(inp, kv_cache=inp["kv_cache"].clone())
+    for b, n in enumerate(inp["cache_lens"].tolist()):
+        poisoned["kv_cache"][b, n:] = 1e4
+    assert torch.equal(d.run_reference(poisoned)["lat"], out["lat"])
+
+
+def test_moe_experts_small_dims() -> None:
+    """The reference on 6 experts of I=64, LAT=96, against element-wise decode and float64 math."""
+    from reference_impls.moe_experts import reference
+
+    g = torch.Generator().manual_seed(5)
+    e, i, lat, b, k = 6, 64, 96, 3, 4
+    w13, w13s = mxfp4.random_weights((e, 2 * i), lat, g, scale_exp=-4)
+    w2, w2s = mxfp4.random_weights((e, lat), i, g, scale_exp=-3)
+    x = torch.randn(b, lat, generator=g).bfloat16()
+    ids = torch.stack([torch.randperm(e, generator=g)[:k] for _ in range(b)]).int()
+    wts = torch.rand(b, k, generator=g)
+    got = reference(x, ids, wts, w13, w13s, w2, w2s)["out"]
+    w13_64 = {ex: naive.mxfp4_matrix(w13[ex], w13s[ex]) for ex in ids.unique().tolist()}
+    w2_64 = {ex: naive.mxfp4_matrix(w2[ex], w2s[ex]) for ex in ids.unique().tolist()}
+    want = torch.zeros(b, lat, dtype=torch.float64)
+    for r in range(b):
+        for s in range(k):
+            ex = int(ids[r, s])
+            h = w13_64[ex] @ x[r].double()
+            a = naive.situ64(h[:i], h[i:])
+            want[r] += float(wts[r, s]) * (w2_64[ex] @ a)
+    _close_bf16(got, want, atol=1e-3)
