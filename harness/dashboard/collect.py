@@ -3,7 +3,6 @@
 promotion branches in git. Read-only: nothing under the root is written or locked."""
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ def collect(root: Path) -> SiteData:
     warnings: list[str] = []
     manifest = _manifest(root, warnings)
     runs = collect_runs(root / "runs", warnings)
-    run_recs = _run_candidate_records(root / "runs", runs)
+    run_recs = _run_candidate_records(runs)
     history, note = promotion_history(root)
     ops = []
     for name in reference_impls.OP_NAMES:
@@ -52,15 +51,12 @@ def _manifest(root: Path, warnings: list[str]) -> dict[str, str]:
         return {}
 
 
-def _run_candidate_records(runs_dir: Path, runs: list[RunView]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
-    """candidate id -> [(run id, runs/<run>/candidates/<id>.json)]."""
+def _run_candidate_records(runs: list[RunView]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """candidate id -> [(run id, its CandidateRecord JSON as replayed from the run's log)]."""
     out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for r in runs:
-        for p in sorted((runs_dir / r.id / "candidates").glob("*.json")):
-            try:
-                out.setdefault(p.stem, []).append((r.id, json.loads(p.read_text())))
-            except (OSError, json.JSONDecodeError):
-                continue
+        for cid, rec in r.records.items():
+            out.setdefault(cid, []).append((r.id, rec))
     return out
 
 

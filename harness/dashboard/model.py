@@ -230,6 +230,7 @@ class RunView:
     gates: dict[str, Any] | None = None
     promoted: dict[str, Any] | None = None
     events: list[EventRow] = field(default_factory=list)
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)   # id -> CandidateRecord JSON
     error: str = ""
 
     @property

@@ -152,8 +152,7 @@ def run_plots(r: RunView) -> list[Markup]:
         ticks = sorted({x for x, _ in pts})
         out.append(Markup(svgplot.render(svgplot.Plot(
             f"Candidates by round ({kind})", "round", ylab,
-            [svgplot.Series("candidate", pts), svgplot.Series("best so far", best)],
-            x_ticks=ticks, lines=True))) if len(pts) else "")
+            [svgplot.Series("candidates", pts), svgplot.Series("best so far", best)], x_ticks=ticks))))
     if r.llm_calls and r.started_ts is not None:
         tok, usd, t_pts, c_pts = 0, 0.0, [], []
         for call in r.llm_calls:

@@ -63,6 +63,7 @@ def read_run(folder: Path) -> RunView:
                                   best_score=fin[2] if fin else None,
                                   failed_slots=sum(1 for (rr, _) in st.failed_slots if rr == r)))
     for rec in sorted(st.records.values(), key=lambda c: (c.round, c.slot)):
+        rv.records[rec.id] = rec.to_json()
         rv.candidates.append(RunCandidateRow(
             id=rec.id, round=rec.round, slot=rec.slot, author=rec.author, family=rec.family, params=rec.params,
             static="-" if rec.static_ok is None else ("ok" if rec.static_ok else "refused"),

@@ -110,6 +110,8 @@ def _ticks(scale: str, lo: float, hi: float, explicit: list[float] | None) -> tu
         e1 += 1
     step = max(1, math.ceil((e1 - e0) / 8))
     t = [float(base ** e) for e in range(e0, e1 + 1, step)]
+    if base == 10 and e1 - e0 <= 2:          # few decades: label 2x and 5x too
+        t = sorted(t + [m * 10.0 ** e for e in range(e0, e1) for m in (2, 5)])
     return t, t[0], t[-1]
 
 
@@ -143,8 +145,10 @@ def render(p: Plot) -> str:
     xt, xlo, xhi = _ticks(p.x_scale, min(xs), max(xs), p.x_ticks)
     yt, ylo, yhi = _ticks(p.y_scale, ylo, yhi, None)
     n_leg = len(p.series) + len(p.ref_lines)
-    leg_rows = math.ceil(n_leg / 3)
     left, right, top = 70, 20, 34
+    longest = max([len(s.label) for s in p.series] + [len(r.label) for r in p.ref_lines])
+    n_cols = max(1, min(4, int((p.width - left - right) // (longest * 6.6 + 42))))
+    leg_rows = math.ceil(n_leg / n_cols)
     bottom = 52 + 20 * leg_rows
     W, H = p.width, p.height + 20 * leg_rows
     pad = 8                                  # keep markers off the axis lines
@@ -187,9 +191,9 @@ def render(p: Plot) -> str:
         o.append("</g>")
         legend.append(f'<line x1="0" x2="22" y1="0" y2="0" stroke="{color}" stroke-width="2"/>'
                       + _marker(shape, 11, 0, color, s.label) + f'<text x="28" y="4" class="legend">{escape(s.label)}</text>')
-    col_w = (W - left - right) / 3
+    col_w = (W - left - right) / n_cols
     for i, item in enumerate(legend):
-        lx, ly = left + (i % 3) * col_w, H - 20 * leg_rows + 20 * (i // 3) - 4
+        lx, ly = left + (i % n_cols) * col_w, H - 20 * leg_rows + 20 * (i // n_cols) - 4
         o.append(f'<g transform="translate({lx:.0f},{ly:.0f})">{item}</g>')
     o.append("</svg>")
     return "\n".join(o)

@@ -1,0 +1,158 @@
+"""The site built from fixture records: pages, values, secrets, history, runs."""
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from harness.dashboard import collect
+from harness.dashboard.model import Badge, PromotionState
+from harness.dashboard.render import candidate_page, run_page
+
+from dashboard_fixture_repo import OP, RUN_ID, SECRET, geomean, measurements
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def _row(html: str, attr: str) -> str:
+    m = re.search(rf'<tr {attr}>(.*?)</tr>', html, re.S)
+    assert m, attr
+    return m.group(1)
+
+
+def test_every_page_written_and_linked(site):
+    names = {p.name for p in site.out.iterdir()}
+    assert {"index.html", "history.html", "runs.html", "style.css", run_page(RUN_ID)} <= names
+    for cid in (site.ids["v1"], site.ids["v2"]):
+        assert candidate_page(OP, cid) in names
+    for page in site.out.glob("*.html"):
+        html = page.read_text()
+        for href in re.findall(r'href="([^"#]+)"', html):
+            assert not href.startswith(("http:", "https:", "//")), f"{page.name} links off-site: {href}"
+            assert (site.out / href).is_file(), f"{page.name}: broken link {href}"
+        assert "<script src" not in html and "@import" not in html
+
+
+def test_no_secret_anywhere(site):
+    assert SECRET in (site.root / "kernels_generated" / OP / site.ids["v2"] / "kernel.py").read_text()
+    for f in site.out.iterdir():
+        assert SECRET not in f.read_text(), f.name
+
+
+def test_overview_row_values(site):
+    m = measurements()
+    row = _row((site.out / "index.html").read_text(), f'data-op="{OP}"')
+    v1 = site.ids["v1"]
+    speed = [r / c for tp in ("8", "16") for r, c in zip(m["reference_us"][tp], m["v1_us"][tp])]
+    frac = [f / c for tp in ("8", "16") for f, c in zip(m["floor_us"][tp], m["v1_us"][tp])]
+    text = _text(row)
+    assert v1 in re.search(r'class="incumbent">(.*?)</td>', row, re.S).group(1)
+    assert v1 in re.search(r'class="best">(.*?)</td>', row, re.S).group(1)   # v2 fails perf_sweep
+    assert f"{geomean(speed):.2f}x" in text
+    assert f"{min(speed):.2f}x-{max(speed):.2f}x" in text
+    assert f"{100 * min(frac):.0f}-{100 * max(frac):.0f}%" in text
+    assert "promoted" in text
+    assert row.count("b-pass") == 6
+
+
+def test_collected_states(site):
+    data = collect(site.root)
+    op = data.op(OP)
+    assert op.state is PromotionState.PROMOTED and op.incumbent == site.ids["v1"]
+    v2 = op.candidate(site.ids["v2"])
+    assert v2.parent == site.ids["v1"]
+    assert v2.gates["perf_sweep"].badge is Badge.FAIL
+    assert any("regression" in r for r in v2.gates["perf_sweep"].reasons)
+    assert v2.gates["numerics_unit"].badge is Badge.PASS and not v2.gates["numerics_unit"].stale
+    assert data.op("rmsnorm").state is PromotionState.CANDIDATES
+    assert data.op("kda_decode").state is PromotionState.NONE
+    assert v2.runs == [RUN_ID]
+    assert [(f.arch, f.registers) for f in v2.compile if f.registers is not None] == [("sm_90a", 40)]
+
+
+def test_candidate_page_values(site):
+    m = measurements()
+    html = (site.out / candidate_page(OP, site.ids["v2"])).read_text()
+    # sweep table: every measured point with speedup = incumbent (v1) / candidate time
+    rows = re.findall(r'<tr data-point="([^"]+)">(.*?)</tr>', html, re.S)
+    assert len(rows) == 2 * 7 * 3            # TP x batch x routing profile
+    for key, body in rows:
+        b, tp = int(re.search(r"B=(\d+)", key).group(1)), re.search(r"TP(\d+)", key).group(1)
+        i = [1, 2, 4, 8, 16, 32, 64].index(b)
+        want = m["v1_us"][tp][i] / m["v2_us"][tp][i]
+        assert f"{want:.2f}x" in body, (key, body)
+    speed = [m["v1_us"][tp][i] / m["v2_us"][tp][i] for tp in ("8", "16") for i in range(7)]
+    assert f"{geomean(speed):.3f}x" in _text(html)
+    # gates, plots, drift, counters, compile facts, diffs, highlighted source
+    assert 'id="gate-perf_sweep"' in html and "regression" in html
+    assert html.count('<svg class="plot"') >= 4
+    assert "Numerics drift over generated tokens: kl" in html
+    assert re.search(r"<td>numerics_model long_generation</td><td>moe_router</td><td>kernel</td><td>in_scope</td><td class=\"num\">1024", html)
+    assert re.search(r"<td>sm_90a</td>.*?<td class=\"num\">40</td>", html, re.S)
+    assert 'class="add">+        self.kernel(x).launch(grid=[1, 1, 1], block=[128, 1, 1])' in html
+    assert '<span class="k">def</span>' in html
+    assert "[REDACTED]" in html
+
+
+def test_run_page(site):
+    html = (site.out / run_page(RUN_ID)).read_text()
+    text = _text(html)
+    assert "2000" in re.search(r'id="run-tokens">(.*?)<', html).group(1)
+    assert "0.0125 USD" in text
+    assert "finished" in re.search(r'id="run-status">(.*?)<', html).group(1)
+    assert "LLM tokens used" in html and "Candidates by round (time_us)" in html
+    assert f'href="{candidate_page(OP, "")}' not in html
+    assert candidate_page(OP, re.search(r'<tr><td><a href="candidate-moe_router-(\w+)', html).group(1))
+
+
+def test_history_from_git(site):
+    html = (site.out / "history.html").read_text()
+    row = re.search(r'<table id="history".*?</table>', html, re.S).group(0)
+    assert f"promote/{OP}/{site.ids['v1']}" in row
+    sha = subprocess.run(["git", "-C", str(site.root), "rev-parse", f"promote/{OP}/{site.ids['v1']}"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert sha[:10] in row
+
+
+def test_without_git_history_degrades(tmp_path, site):
+    import shutil
+
+    root = tmp_path / "nogit"
+    shutil.copytree(site.root / "kernels_generated", root / "kernels_generated")
+    data = collect(root)
+    assert data.history == [] and "not a git checkout" in data.history_note
+    assert data.op(OP).incumbent == site.ids["v1"]
+    # without gates/ and references in the root, freshness is unknown, never a crash
+    assert data.op(OP).candidate(site.ids["v1"]).gates["perf_sweep"].badge is Badge.PASS
+
+
+def test_torn_run_log_is_read_not_cut(tmp_path, site):
+    import shutil
+
+    from harness.dashboard.runs import read_run
+
+    folder = tmp_path / RUN_ID
+    shutil.copytree(site.root / "runs" / RUN_ID, folder)
+    log = folder / "events.jsonl"
+    log.write_bytes(log.read_bytes() + b'{"seq": 99, "kind": "sta')      # a writer mid-append
+    before = log.read_bytes()
+    rv = read_run(folder)
+    assert log.read_bytes() == before
+    assert rv.finished and rv.tokens == 2000
+
+
+def test_cli_build_json(site, tmp_path, monkeypatch):
+    import json
+
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    monkeypatch.setenv("HARNESS_ROOT", str(site.root))
+    res = CliRunner().invoke(app, ["dashboard", "build", "--out", str(tmp_path / "o"), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["candidates"] == 3 and out["runs"] == 1 and out["promotion_events"] >= 1
+    assert Path(out["index"]).is_file()
