@@ -163,8 +163,8 @@ def counter_rows(obj: Any, where: str = "") -> list[CounterRow]:
             return [CounterRow(where or "-", str(obj["op"]), str(obj["outcome"]), str(obj["reason"]), int(obj["count"]))]
         if isinstance(obj.get("kind"), str):
             where = f"{where} {obj['kind']}".strip()
-        for v in obj.values():
-            out += counter_rows(v, where)
+        for k, v in obj.items():          # the path names the run and the side (trace on / off)
+            out += counter_rows(v, where if k in ("runs", "counters", "trace") else f"{where} {k}".strip())
     elif isinstance(obj, list):
         for v in obj:
             out += counter_rows(v, where)

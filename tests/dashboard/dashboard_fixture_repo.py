@@ -76,7 +76,8 @@ def gate_results(root: Path, cid: str, times: dict, incumbent: dict, drift: bool
     for k in ("long_generation", "long_context", "sampling", "structured"):
         r = {"kind": k, "tokens": 1024, "context": 32768, "greedy_agreement": 1.0, "sampling_agreement": 0.99,
              "max_kl": max(m["drift"]["kl"]), "max_logit_rel_err": max(m["drift"]["logit_rel_err"]),
-             "kernel_calls_on": 1024, "kernel_calls_off": 0, "valid": True, "counters": m["counters"]}
+             "kernel_calls_on": 1024, "kernel_calls_off": 0, "valid": True,
+             "trace": {"on": m["counters"], "off": [{"op": OP, "outcome": "fallback", "reason": "disabled", "count": 1027}]}}
         if drift and k == "long_generation":
             r["kl_per_step"] = m["drift"]["kl"]
             r["logit_rel_err_per_step"] = m["drift"]["logit_rel_err"]

@@ -89,7 +89,8 @@ def test_candidate_page_values(site):
     assert 'id="gate-perf_sweep"' in html and "regression" in html
     assert html.count('<svg class="plot"') >= 4
     assert "Numerics drift over generated tokens: kl" in html
-    assert re.search(r"<td>numerics_model long_generation</td><td>moe_router</td><td>kernel</td><td>in_scope</td><td class=\"num\">1024", html)
+    assert re.search(r"<td>numerics_model long_generation on</td><td>moe_router</td><td>kernel</td><td>in_scope</td><td class=\"num\">1024", html)
+    assert re.search(r"<td>numerics_model sampling off</td><td>moe_router</td><td>fallback</td><td>disabled</td><td class=\"num\">1027", html)
     assert re.search(r"<td>sm_90a</td>.*?<td class=\"num\">40</td>", html, re.S)
     assert 'class="add">+        self.kernel(x).launch(grid=[1, 1, 1], block=[128, 1, 1])' in html
     assert '<span class="k">def</span>' in html
