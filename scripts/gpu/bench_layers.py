@@ -122,14 +122,16 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="k3-tp8-rank")
     ap.add_argument("--layers", type=int, default=8)
-    ap.add_argument("--batches", default="1,8,64")
+    ap.add_argument("--batches", default=None, help="comma list (default 1,8,64; --tiny 1,2)")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--no-graphs", action="store_true")
     ap.add_argument("--tiny", action="store_true", help="tiny config on any device: a smoke run")
     a = ap.parse_args(argv)
     if a.tiny:
-        a.config, a.layers, a.batches, a.context, a.iters = "tiny", None, "1,2", 8, 2
+        a.config, a.layers, a.context, a.iters = "tiny", None, 8, 2
+        a.batches = a.batches or "1,2"
+    a.batches = a.batches or "1,8,64"
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = get_config(a.config, a.layers)
     t0 = time.perf_counter()
