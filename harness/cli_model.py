@@ -98,6 +98,7 @@ def register(app: typer.Typer) -> None:
         layers: Optional[int] = typer.Option(None, help="layer count (K3 rank configs default to 8)"),
         seed: int = typer.Option(0),
         structured: int = typer.Option(2, help="rows of JSON-schema constrained generation per path"),
+        fill: str = typer.Option("prefill", help="prefill (feed the prompts) | random (seeded random caches: fast long context)"),
         save: Optional[Path] = typer.Option(None, help="write the result JSON here"),
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
@@ -117,7 +118,7 @@ def register(app: typer.Typer) -> None:
                 bar.update(task, description=f"{what} {i}/{n}", completed=i, total=n)
 
             res = evaluate_model(config, steps=steps, context=context, batch=batch, kernels=mode, seed=seed,
-                                 structured=structured, n_layers=layers, progress=tick)
+                                 structured=structured, n_layers=layers, fill=fill, progress=tick)
         doc = to_jsonable(res)
         if save is not None:
             save.write_text(json.dumps(doc, indent=2) + "\n")

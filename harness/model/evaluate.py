@@ -118,9 +118,14 @@ def _delta(before: dict, after: dict) -> Counter:
 def evaluate_model(config: str | ModelConfig = "tiny", steps: int = 8, context: int = 16, batch: int = 2,
                    kernels: KernelsMode | str = KernelsMode.BOTH, seed: int = 0, structured: int = 2,
                    structured_tokens: int = 160, n_layers: int | None = None, device: str | None = None,
-                   registry: registry_mod.Registry | None = None,
+                   registry: registry_mod.Registry | None = None, fill: str = "prefill",
                    progress: Callable[[str, int, int], None] | None = None) -> EvalModelResult:
-    """Decode `steps` tokens after `context`-token prompts with kernels on/off/both."""
+    """Decode `steps` tokens after `context`-token prompts with kernels on/off/both.
+
+    fill="prefill" feeds the shipped prompts through the model (one step per token, the
+    reference-speed prefill); fill="random" starts every path from the same seeded random
+    caches holding `context` tokens (MLA latent rows, KDA states): decode after a 32K+
+    context in seconds, for the long-context check on GPU configs."""
     t_start = time.perf_counter()
     mode = KernelsMode(kernels)
     cfg = config if isinstance(config, ModelConfig) else get_config(config, n_layers)
@@ -151,7 +156,16 @@ def evaluate_model(config: str | ModelConfig = "tiny", steps: int = 8, context: 
         counts[p].update(_delta(before, reg.counters()))
         return out
 
-    logits = {p: run(p, lambda p=p: model.prefill(prompts, caches[p])) for p in paths}
+    if fill == "random":
+        _random_fill(caches[paths[0]], [len(q) for q in prompts], seed)
+        for p in paths[1:]:
+            caches[p].copy_from(caches[paths[0]])
+        last = torch.tensor([q[-1] for q in prompts], device=dev)
+        logits = {p: run(p, lambda p=p: model.step(last, caches[p])) for p in paths}
+    elif fill == "prefill":
+        logits = {p: run(p, lambda p=p: model.prefill(prompts, caches[p])) for p in paths}
+    else:
+        raise UserError(f"--fill must be prefill or random (got '{fill}')")
     tick("prefill", 1, 1)
     per_step: list[StepMetric] = []
     for s in range(steps):
@@ -191,6 +205,19 @@ def evaluate_model(config: str | ModelConfig = "tiny", steps: int = 8, context: 
         res.greedy_agreement = sum(m.agreement for m in per_step) / len(per_step)
     res.wall_s = time.perf_counter() - t_start
     return res
+
+
+def _random_fill(cache: DecodeCache, lens: list[int], seed: int) -> None:
+    """Seeded random cache contents as if each row held lens[b] tokens."""
+    gen = torch.Generator(device=cache.lens.device).manual_seed(seed + 7)
+    dev = cache.lens.device
+    cache.lens.copy_(torch.tensor(lens, dtype=torch.int32, device=dev) - 1)   # the step adds the last token
+    for kv in cache.kv.values():
+        kv.copy_(torch.randn(kv.shape, generator=gen, device=dev).to(kv.dtype))
+    for st in cache.state.values():
+        st.copy_((torch.randn(st.shape, generator=gen, device=dev) * 0.1).to(st.dtype))
+    for cv in cache.conv.values():
+        cv.copy_(torch.randn(cv.shape, generator=gen, device=dev).to(cv.dtype))
 
 
 def _compare(step: int, off: torch.Tensor, on: torch.Tensor) -> StepMetric:

@@ -59,3 +59,11 @@ def test_cli_bad_input_is_one_line_exit_2(argv, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("harness: error:") and "\n" not in err
+
+
+def test_random_fill_long_context_on_cpu():
+    """Decode after a context longer than the tiny prompts: both paths start from the same
+    seeded caches, and a kernel-free run agrees exactly."""
+    res = evaluate_model("tiny", steps=2, context=512, batch=2, fill="random", structured=0, registry=Registry())
+    assert res.greedy_agreement == 1.0 and res.max_logit_err == 0.0
+    assert res.context == 512
