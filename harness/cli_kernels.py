@@ -10,6 +10,13 @@ from .errors import NotRunnable, UserError
 from .output import console, print_json, to_jsonable
 
 
+class CandidateFailed(UserError):
+    """The candidate did not pass a stage (not a user mistake): exit 1. (harness.cli.main
+    drops the code of a typer.Exit under standalone_mode=False, so verbs raise this.)"""
+
+    exit_code = 1
+
+
 def _cand(op: str, ref: str):
     from .toolchain import load_candidate
 
@@ -76,7 +83,7 @@ def register(app: typer.Typer) -> None:
         else:
             console().print(rep.summary() if rep.ok else "\n".join(str(f) for f in rep.findings), markup=False)
         if not rep.ok:
-            raise typer.Exit(1)
+            raise CandidateFailed(f"STATIC_REJECT: {len(rep.findings)} findings")
 
     @app.command("compile")
     def compile_cmd(op: str = typer.Argument(..., help="Op name."),
@@ -99,7 +106,7 @@ def register(app: typer.Typer) -> None:
                 print_json({"verdict": "STATIC_REJECT", "static": st})
             else:
                 console().print("STATIC_REJECT: " + st.summary(), markup=False)
-            raise typer.Exit(1)
+            raise CandidateFailed("STATIC_REJECT")
         archs = [a.strip() for a in arch.split(",") if a.strip()] or None
         tps = _csv_ints(tp, "tp") or None
         with Progress(transient=True, disable=json_out) as prog:
@@ -111,8 +118,9 @@ def register(app: typer.Typer) -> None:
             print_json({"op": op, "candidate": cand.id, "compiles": [r.to_json() for r in reps]})
         else:
             _print_compiles(reps)
-        if not all(r.ok for r in reps):
-            raise typer.Exit(1)
+        bad = [r for r in reps if not r.ok]
+        if bad:
+            raise CandidateFailed(f"{bad[0].verdict.value} on {bad[0].arch} TP{bad[0].tp}: {bad[0].message}")
 
     @app.command("eval")
     def eval_cmd(op: str = typer.Argument(..., help="Op name."),
@@ -159,9 +167,9 @@ def register(app: typer.Typer) -> None:
         else:
             _print_eval(rep)
         if rep.verdict is Verdict.NOT_RUN:
-            raise typer.Exit(NotRunnable.exit_code)
+            raise NotRunnable("no GPU here: compiled for every arch; correctness and timing NOT run")
         if rep.verdict is not Verdict.OK:
-            raise typer.Exit(1)
+            raise CandidateFailed(f"{rep.verdict.value}: {rep.message}")
 
 
 def _print_eval(rep) -> None:

@@ -11,21 +11,30 @@ Public API (the agent loop and the gates call these; nothing else is stable):
     )
     from harness.toolchain import timing   # summarize, rotation_copies, interleave_order, time_interleaved, ...
 
-Importing this package imports torch (via harness.opdef) but neither cutlass, pydantic
-nor any LLM SDK; cutlass is imported only in the sandboxed child processes.
+Names load lazily; the modules import torch (via harness.opdef) but neither cutlass,
+pydantic nor any LLM SDK; cutlass is imported only in the sandboxed child processes.
 """
 from __future__ import annotations
 
-from .candidate import Candidate, Provenance, Scope, candidate_id, create_candidate, list_candidates, load_candidate
-from .compile import CompileReport, compile_candidate, compile_matrix, static_for_point, static_keys
-from .loader import LoadError, load_compiled
-from .evaluate import EvalReport, Evaluator, GpuUnhealthy, PointResult, evaluate_candidate, gpu_available, run_canary
-from .static_check import StaticReport, check_candidate, check_source
-from .verdict import Verdict
+import importlib
+from typing import Any
 
-__all__ = [
-    "Candidate", "Provenance", "Scope", "candidate_id", "create_candidate", "list_candidates", "load_candidate",
-    "CompileReport", "compile_candidate", "compile_matrix", "static_for_point", "static_keys",
-    "EvalReport", "Evaluator", "GpuUnhealthy", "PointResult", "evaluate_candidate", "gpu_available", "run_canary",
-    "StaticReport", "check_candidate", "check_source", "Verdict", "LoadError", "load_compiled",
-]
+# Lazy re-exports: the sandboxed child (`python -m harness.toolchain._child`) imports this
+# package first and must not pay for torch before it runs a job.
+_EXPORTS = {
+    "Candidate": "candidate", "Provenance": "candidate", "Scope": "candidate", "candidate_id": "candidate",
+    "create_candidate": "candidate", "list_candidates": "candidate", "load_candidate": "candidate",
+    "CompileReport": "compile", "compile_candidate": "compile", "compile_matrix": "compile",
+    "static_for_point": "compile", "static_keys": "compile",
+    "EvalReport": "evaluate", "Evaluator": "evaluate", "GpuUnhealthy": "evaluate", "PointResult": "evaluate",
+    "evaluate_candidate": "evaluate", "gpu_available": "evaluate", "run_canary": "evaluate",
+    "StaticReport": "static_check", "check_candidate": "static_check", "check_source": "static_check",
+    "Verdict": "verdict",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,72 @@
+"""`harness compile` / `harness eval` end to end on the CPU (GPU stages must say "not run"),
+and the GPU tests the lead runs on the H200 (scripts/gpu/toolchain_smoke.sh)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness.opdef import Point
+from harness.toolchain import Evaluator, Verdict, list_candidates
+
+from .conftest import REPO
+
+
+def _cli(args, cache_root):
+    env = {**os.environ, "HARNESS_CACHE": str(cache_root)}
+    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+                          env=env, cwd=REPO, timeout=600)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_eval_without_gpu_compiles_and_reports_gpu_stages_not_run(make_fixture, cache_root):
+    cand = make_fixture("wrong_answer")
+    r = _cli(["eval", "moe_router", str(cand.path), "--batch", "1,8", "--json"], cache_root)
+    assert r.returncode == 3, r.stderr
+    rep = json.loads(r.stdout)
+    assert rep["verdict"] == "NOT_RUN" and rep["gpu_run"] is False and rep["points"] == []
+    assert {c["arch"] for c in rep["compiles"]} == {"sm_90a", "sm_100a", "sm_103a"}
+    assert all(c["verdict"] == "OK" for c in rep["compiles"])
+
+
+def test_compile_cli_reports_static_reject_and_user_errors(make_fixture, cache_root):
+    r = _cli(["compile", "moe_router", "no-such-candidate"], cache_root)
+    assert r.returncode == 2 and "not found" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(["compile", "moe_router", str(make_fixture("segfault").path), "--json"], cache_root)
+    assert r.returncode == 1 and json.loads(r.stdout)["verdict"] == "STATIC_REJECT"
+
+
+# ---- GPU (H200): run by scripts/gpu/toolchain_smoke.sh ------------------------------------
+gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@pytest.mark.gpu
+@gpu
+def test_wrong_and_illegal_kernels_are_classified_and_the_next_good_one_still_passes(make_fixture, cache_root):
+    good = next(c for c in list_candidates("moe_router") if c.provenance.author == "human")
+    ev = Evaluator(cache_root=cache_root, time_it=False, archs=["sm_90a"])
+    points = [Point(batch=1), Point(batch=7)]
+    wrong = ev.evaluate(make_fixture("wrong_answer"), points)
+    assert wrong.verdict is Verdict.WRONG, wrong.message
+    bad = ev.evaluate(make_fixture("illegal_address"), points)
+    assert bad.verdict is Verdict.CUDA_ERROR, (bad.verdict, bad.message, bad.worker_log_tail)
+    assert ev.needs_canary
+    ok = ev.evaluate(good, points + [Point(batch=64)])
+    assert ev.canary_runs == 1 and not ev.needs_canary     # a fresh worker, after a passing canary
+    assert ok.verdict is Verdict.OK, ok.message
+    assert all(p.verdict is Verdict.OK and p.n_input_sets >= 10 for p in ok.points)
+
+
+@pytest.mark.gpu
+@gpu
+def test_timing_interleaves_and_measures_bandwidth():
+    from harness.toolchain.timing import measure_bandwidth, time_interleaved
+
+    bw = measure_bandwidth()
+    assert 1e12 < bw < 2e13
+    a = torch.randn(1 << 20, device="cuda")
+    stats = time_interleaved({"small": lambda i: a[:1024].add_(0), "big": lambda i: a.add_(0)}, n_sets=1,
+                             calls_per_graph=20, rounds=3)
+    assert stats["big"].median_us > stats["small"].median_us

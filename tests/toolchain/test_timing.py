@@ -1,0 +1,38 @@
+"""The CPU-testable parts of the timing library."""
+import pytest
+
+from harness.toolchain.timing import interleave_order, rotation_copies, roofline_fraction, summarize
+
+
+def test_interleave_is_abba_and_balanced():
+    assert interleave_order(2, 1) == [0, 1, 1, 0]
+    order = interleave_order(3, 4)
+    assert order[:6] == [0, 1, 2, 2, 1, 0]
+    # every implementation has the same mean position in time
+    means = {i: sum(k for k, x in enumerate(order) if x == i) / order.count(i) for i in range(3)}
+    assert len({round(m, 9) for m in means.values()}) == 1
+    with pytest.raises(ValueError):
+        interleave_order(0, 1)
+
+
+def test_rotation_spans_l2():
+    l2 = 60 * 2**20
+    n = rotation_copies(13 * 2**20, l2)            # a router's weight + inputs
+    assert n * 13 * 2**20 >= 3 * l2 and (n - 1) * 13 * 2**20 < 3 * l2
+    assert rotation_copies(10 * 2**30, l2) == 2    # huge sets: still two (alternate buffers)
+    assert rotation_copies(1024, l2) == 64         # tiny sets: capped
+    with pytest.raises(ValueError):
+        rotation_copies(0, l2)
+
+
+def test_summary_statistics():
+    s = summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert (s.median_us, s.min_us, s.n_samples) == (3.0, 1.0, 5)
+    assert s.p10_us == pytest.approx(1.4) and s.p90_us == pytest.approx(4.6)
+    assert s.spread_pct == pytest.approx((4.6 - 1.4) / 3.0 * 100)
+
+
+def test_roofline_fraction():
+    # 3.6 MB at 3.6 TB/s is 1 us: a 2 us kernel runs at half the floor
+    assert roofline_fraction(3_600_000, 3.6e12, 2.0) == pytest.approx(0.5)
+    assert roofline_fraction(1, 1.0, 0.0) != roofline_fraction(1, 1.0, 0.0)   # NaN for no time
