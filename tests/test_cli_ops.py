@@ -1,0 +1,115 @@
+"""`harness ops`, `harness ops show`, `harness ref`: every op, and the bad-input contract
+(one line on stderr, exit 2, no traceback, nothing written)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import reference_impls
+from harness.cli import main
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = 0
+    try:
+        main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("tp", [8, 16])
+def test_ops_table_json(tp: int, capsys) -> None:
+    code, out, _ = _run(["ops", "--gpu", "h200", "--tp", str(tp), "--json"], capsys)
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["op"] for r in rows] == list(reference_impls.OP_NAMES)
+    for r in rows:
+        p1, p64 = r["points"]["1"], r["points"]["64"]
+        assert 0 < p1["min_bytes"] <= p64["min_bytes"] and p1["floor_us"] > 0
+        assert r["gpu"] == "h200" and r["tp"] == tp
+
+
+def test_ops_table_human(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "250")                 # rich wraps long names at 80 columns
+    code, out, _ = _run(["ops", "--gpu", "h200"], capsys)
+    assert code == 0
+    for op in reference_impls.OP_NAMES:
+        assert op in out
+
+
+@pytest.mark.parametrize("op", reference_impls.OP_NAMES)
+def test_ops_show(op: str, capsys) -> None:
+    code, out, _ = _run(["ops", "show", op, "--json"], capsys)
+    assert code == 0
+    info = json.loads(out)
+    defn = reference_impls.get(op)
+    assert [t["name"] for t in info["inputs"]] == [t.name for t in defn.inputs]
+    assert set(info["tolerances"]) == {t.name for t in defn.outputs}
+    code, out, _ = _run(["ops", "show", op, "--tp", "16"], capsys)
+    assert code == 0 and op in out
+
+
+# ref on every op whose inputs are small; moe_experts draws all 896 experts (~1 GB at TP16)
+CHEAP = [op for op in reference_impls.OP_NAMES if op != "moe_experts"]
+
+
+@pytest.mark.parametrize("op", CHEAP)
+def test_ref_saves_inputs_and_outputs(op: str, tmp_path: Path, capsys) -> None:
+    f = tmp_path / f"{op}.pt"
+    argv = ["ref", op, "--batch", "2", "--tp", "16", "--seed", "3", "--save", str(f)]
+    if reference_impls.get(op).uses_context:
+        argv += ["--context", "40"]
+    code, _, err = _run(argv, capsys)
+    assert code == 0, err
+    saved = torch.load(f)
+    defn = reference_impls.get(op)
+    assert set(saved["inputs"]) == {t.name for t in defn.inputs}
+    assert set(saved["outputs"]) == {t.name for t in defn.outputs}
+    again = defn.run_reference(saved["inputs"])
+    assert all(torch.equal(again[k], saved["outputs"][k]) for k in again)
+
+
+def test_ref_kda_bf16_state(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "kda.pt"
+    code, _, err = _run(["ref", "kda_decode", "--batch", "3", "--tp", "16", "--state-dtype", "bf16", "--save", str(f)], capsys)
+    assert code == 0, err
+    saved = torch.load(f)
+    assert saved["inputs"]["state"].dtype == torch.bfloat16 == saved["outputs"]["state"].dtype
+
+
+@pytest.mark.slow          # draws every expert's MXFP4 weights (~1 GB) and decodes 16 of them
+def test_ref_moe_experts(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "moe.pt"
+    code, _, err = _run(["ref", "moe_experts", "--batch", "1", "--tp", "16", "--routing", "hot", "--save", str(f)], capsys)
+    assert code == 0, err
+    saved = torch.load(f)
+    assert saved["inputs"]["w13"].shape == (896, 384, 1792) and saved["outputs"]["out"].shape == (1, 3584)
+
+
+@pytest.mark.parametrize("argv", [
+    ["ref", "nope", "--batch", "1"],
+    ["ref", "rmsnorm", "--batch", "0"],
+    ["ref", "rmsnorm", "--batch", "65"],
+    ["ref", "rmsnorm", "--batch", "1", "--tp", "4"],
+    ["ref", "kda_decode", "--batch", "1", "--state-dtype", "fp8"],
+    ["ops", "show", "nope"],
+    ["ops", "show", "rmsnorm", "--gpu", "a100x"],
+    ["ops", "show", "rmsnorm", "--tp", "4"],
+    ["ops", "--gpu", "a100x"],
+    ["ops", "--tp", "4"],
+])
+def test_bad_input_one_line_exit_2_nothing_written(argv: list[str], tmp_path: Path, capsys) -> None:
+    f = tmp_path / "x.pt"
+    if argv[0] == "ref":
+        argv = argv + ["--save", str(f)]
+    code, out, err = _run(argv, capsys)
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("harness: error:"), err
+    assert "Traceback" not in err + out
+    assert list(tmp_path.iterdir()) == []
