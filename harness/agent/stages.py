@@ -3,7 +3,6 @@ evaluation on the GPU. Everything here calls harness.toolchain (never copies it)
 its reports into the loop's records (records.py)."""
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -56,59 +55,46 @@ class ToolchainStages:
                            error=trim_error(f"[{rep.verdict.value}] {err}"))
 
     def evaluate(self, cand) -> EvalInfo:
+        """Correctness and timing on the GPU at the search points (toolchain.evaluate)."""
         if not self.has_gpu:
             return EvalInfo(StageStatus.NOT_RUN, "NOT_RUN", "no CUDA GPU on this machine")
-        fn = _find_evaluator()
-        if fn is None:
-            return EvalInfo(StageStatus.NOT_RUN, "NOT_RUN", "the toolchain has no evaluation entry point yet")
-        res = fn(cand, gpu=self.gpu_name, timeout_s=self.eval_timeout_s)
-        return eval_info_from(res)
+        from ..opdef import Point
+        from ..toolchain.evaluate import evaluate_candidate
+
+        points = [Point(batch=b, tp=self.compile_tp) for b in SEARCH_BATCHES if cand.scope.contains_batch(b)]
+        rep = evaluate_candidate(cand, points, archs=list(cand.scope.archs), check_static=False, run_gpu=True,
+                                 timeout_s=self.eval_timeout_s, compile_timeout_s=self.compile_timeout_s)
+        return eval_info_from_report(rep, self.gpu_name)
 
 
-def _find_evaluator() -> Callable[..., Any] | None:
-    """harness.toolchain's evaluation entry point (evaluate.evaluate_candidate)."""
-    for mod_name, attr in (("harness.toolchain.evaluate", "evaluate_candidate"),
-                           ("harness.toolchain.worker", "evaluate_candidate"),
-                           ("harness.toolchain", "evaluate_candidate")):
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError:
-            continue
-        if callable(getattr(mod, attr, None)):
-            return getattr(mod, attr)
-    return None
+SEARCH_BATCHES = (1, 8, 64)        # batches timed during the search; the perf gate sweeps all
 
 
-def _get(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, dict):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
+def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
+    """harness.toolchain.evaluate.EvalReport -> EvalInfo (mismatches, times vs reference)."""
+    import reference_impls
 
+    from ..hardware import gpu, roofline
+    from ..opdef import Point
 
-def eval_info_from(res: Any) -> EvalInfo:
-    """Map the toolchain's evaluation result (dataclass or dict) onto EvalInfo."""
-    verdict = _get(res, "verdict")
-    verdict = getattr(verdict, "value", verdict) or "CRASH"
-    mismatches = []
-    for t in _get(res, "mismatches", None) or _get(res, "checks", None) or []:
-        if isinstance(t, dict) and "tensors" in t:
-            items = list(t["tensors"].values())
-        else:
-            items = [t]
-        for c in items:
-            if _get(c, "ok", False):
-                continue
-            mismatches.append(Mismatch(str(_get(c, "name", _get(c, "tensor", "?"))), str(_get(c, "reason", "")),
-                                       float(_get(c, "max_abs_err", 0.0) or 0.0),
-                                       float(_get(c, "rel_norm_err", 0.0) or 0.0),
-                                       list(_get(c, "worst", []) or [])[:5]))
-    timings = []
-    for t in _get(res, "timings", None) or []:
-        k = _get(t, "kernel_us", None) or _get(t, "median_us", None)
-        if k:
-            timings.append(Timing(int(_get(t, "batch", 0)), int(_get(t, "tp", 8)), float(k),
-                                  _get(t, "incumbent_us", None) or _get(t, "reference_us", None),
-                                  _get(t, "floor_us", None), _get(t, "compiled_us", None)))
-    status = StageStatus.OK if verdict == "OK" else StageStatus.FAILED
-    detail = str(_get(res, "message", "") or _get(res, "detail", "") or "")
-    return EvalInfo(status, str(verdict), trim_error(detail, 1000), mismatches[:8], timings)
+    defn = reference_impls.get(rep.op)
+    verdict = getattr(rep.verdict, "value", str(rep.verdict))
+    mismatches, timings = [], []
+    for pr in rep.points:
+        pv = getattr(pr.verdict, "value", str(pr.verdict))
+        if pv != "OK":
+            for name, w in (pr.worst or {}).items():
+                mismatches.append(Mismatch(name, f"{pr.label}: {pr.message}"[:300], float(w.get("max_abs_err", 0.0)),
+                                           float(w.get("rel_norm_err", 0.0)), list(w.get("elements", []))[:5]))
+            if not pr.worst:
+                mismatches.append(Mismatch("-", f"{pr.label}: {pr.message}"[:300]))
+        st = pr.timing_us or {}
+        if "kernel" in st:
+            pt = Point(batch=pr.batch, tp=pr.tp)
+            floor = roofline(defn.flops(pt), defn.min_bytes(pt), gpu(gpu_name)).floor_us
+            ref = st.get("incumbent", st.get("reference", {})).get("median_us")
+            timings.append(Timing(pr.batch, pr.tp, float(st["kernel"]["median_us"]), ref, floor,
+                                  st.get("compiled_reference", {}).get("median_us")))
+    status = StageStatus.OK if verdict == "OK" else (StageStatus.NOT_RUN if verdict == "NOT_RUN" else StageStatus.FAILED)
+    detail = rep.message + (("\n" + rep.worker_log_tail) if verdict not in ("OK", "WRONG") and rep.worker_log_tail else "")
+    return EvalInfo(status, verdict, trim_error(detail, 1500), mismatches[:8], timings)
