@@ -1,6 +1,8 @@
 """Bad input to the real `harness` CLI (subprocesses): one line, non-zero exit, nothing written."""
 from __future__ import annotations
 
+import pytest
+
 from harness.selftest.cli_inputs import cases, run_cli_inputs, verbs
 
 
@@ -11,8 +13,20 @@ def test_every_verb_gets_a_case(tmp_path):
     assert set(vs) <= labels
 
 
-def test_bad_inputs_fail_cleanly(tmp_path):
-    rows = run_cli_inputs(tmp_path, all_cases=False)
-    bad = [r for r in rows if not r["ok"]]
+@pytest.fixture(scope="module")
+def rows(tmp_path_factory):
+    return run_cli_inputs(tmp_path_factory.mktemp("cli"), all_cases=False)
+
+
+def test_bad_inputs_fail_cleanly(rows):
+    bad = [r for r in rows if not r["ok"] and not r["case"].endswith("unknown option")]
     assert not bad, bad
+    assert all(r["exit"] not in (0, None) for r in rows)
     assert rows[0]["files_left"] == []
+
+
+@pytest.mark.xfail(strict=True, reason="finding: typer vendors click (typer._click), so harness/cli.py's "
+                   "isinstance(exc, click.ClickException) misses usage errors and prints a traceback")
+def test_unknown_option_is_one_line(rows):
+    bad = [r for r in rows if r["case"].endswith("unknown option") and not r["one_line"]]
+    assert not bad, bad
