@@ -44,12 +44,12 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as exc:  # click usage errors are ClickException
-        import click
-
-        if isinstance(exc, click.ClickException):
+    except Exception as exc:
+        # Usage errors (unknown option, missing argument, bad value) are click exceptions;
+        # typer ships its own copy of click, so match by shape rather than by class.
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             print(f"harness: error: {exc.format_message()}", file=sys.stderr)
-            sys.exit(2)
+            sys.exit(exc.exit_code or 2)
         raise
 
 
