@@ -25,8 +25,6 @@ def test_bad_inputs_fail_cleanly(rows):
     assert rows[0]["files_left"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="finding: typer vendors click (typer._click), so harness/cli.py's "
-                   "isinstance(exc, click.ClickException) misses usage errors and prints a traceback")
 def test_unknown_option_is_one_line(rows):
     bad = [r for r in rows if r["case"].endswith("unknown option") and not r["one_line"]]
     assert not bad, bad
