@@ -32,7 +32,10 @@ for _name in _STAGES:
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        app(args=argv, standalone_mode=False)
+        rc = app(args=argv, standalone_mode=False)
+        # Without standalone mode click returns (not raises) the code of a typer.Exit.
+        if isinstance(rc, int) and rc != 0:
+            sys.exit(rc)
     except UserError as exc:
         print(f"harness: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)

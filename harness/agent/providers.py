@@ -8,6 +8,7 @@ see every attempt. Keys come from the environment only and are never returned or
 from __future__ import annotations
 
 import email.utils
+import concurrent.futures
 import os
 import random
 import time
@@ -72,6 +73,10 @@ def retry_after_s(headers) -> float | None:
         return max(0.0, when.timestamp() - time.time()) if when else None
 
 
+class DeadlineExceeded(Exception):
+    """A request ran past its whole-request deadline (retryable)."""
+
+
 class Provider:
     """Base: `complete` runs `_request` under the retry policy and charges the budget."""
 
@@ -102,9 +107,12 @@ class Provider:
             if (why := self.budget.exhausted()) is not None:
                 raise ProviderError(f"not sent: {why.value}", attempts=attempt - 1)
             try:
-                text, n_in, n_out = self._request(system, messages, max_tokens)
+                text, n_in, n_out = self._request_within_deadline(system, messages, max_tokens)
             except Exception as exc:  # SDK errors are classified below; anything else is a bug
-                retryable, wait_s, last = self._classify(exc)
+                if isinstance(exc, DeadlineExceeded):
+                    retryable, wait_s, last = True, None, str(exc)
+                else:
+                    retryable, wait_s, last = self._classify(exc)
                 self._note(attempt, "error", last, wait_s)
                 if not retryable or attempt == self.policy.max_attempts:
                     raise ProviderError(last, retryable, attempt) from None
@@ -120,6 +128,33 @@ class Provider:
             self._note(attempt, "ok", "", None, n_in, n_out, usd)
             return Completion(text, n_in, n_out, usd, attempt, time.monotonic() - t0)
         raise ProviderError(last, True, self.policy.max_attempts)
+
+    def _request_within_deadline(self, system: str, messages: list[Message], max_tokens: int) -> tuple[str, int, int]:
+        """`_request` under a whole-request deadline. The SDKs' timeouts bound each socket
+        read, so a server dripping a byte at a time could hold a request for ever; here the
+        request runs on a helper thread and is abandoned (its client closed) at the deadline."""
+        pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-request")
+        fut = pool.submit(self._request, system, messages, max_tokens)
+        try:
+            return fut.result(timeout=self.policy.request_timeout_s)
+        except concurrent.futures.TimeoutError:
+            self._abandon()
+            raise DeadlineExceeded(f"request exceeded its {self.policy.request_timeout_s:g} s deadline") from None
+        finally:
+            pool.shutdown(wait=False)
+
+    def _abandon(self) -> None:
+        """Close the client so the abandoned request's socket is dropped; a new one is made."""
+        client = getattr(self, "_client", None)
+        if client is not None:
+            try:
+                client.close()
+            except Exception:  # closing a client mid-read may raise in the SDK; nothing to keep
+                pass
+            self._client = self._new_client()
+
+    def _new_client(self):
+        return getattr(self, "_client", None)
 
     def _note(self, attempt: int, outcome: str, detail: str, wait_s: float | None,
               n_in: int = 0, n_out: int = 0, usd: float | None = None) -> None:
@@ -151,9 +186,12 @@ class OpenAIProvider(Provider):
         if base_url is not None:
             self.label = "openai-compatible"
         self._compat = base_url is not None
-        self._client = openai.OpenAI(api_key=key, base_url=base_url, max_retries=0,
-                                     timeout=policy.request_timeout_s)
+        self._client_args = dict(api_key=key, base_url=base_url, max_retries=0, timeout=policy.request_timeout_s)
         self._openai = openai
+        self._client = self._new_client()
+
+    def _new_client(self):
+        return self._openai.OpenAI(**self._client_args)
 
     def _request(self, system, messages, max_tokens):
         msgs = [{"role": "system", "content": system}] + [{"role": m.role, "content": m.content} for m in messages]
@@ -186,9 +224,12 @@ class AnthropicProvider(Provider):
         key = os.environ.get("ANTHROPIC_API_KEY")
         if not key:
             raise NotRunnable("--agent anthropic:<model> needs ANTHROPIC_API_KEY in the environment")
-        self._client = anthropic.Anthropic(api_key=key, base_url=base_url, max_retries=0,
-                                           timeout=policy.request_timeout_s)
+        self._client_args = dict(api_key=key, base_url=base_url, max_retries=0, timeout=policy.request_timeout_s)
         self._anthropic = anthropic
+        self._client = self._new_client()
+
+    def _new_client(self):
+        return self._anthropic.Anthropic(**self._client_args)
 
     def _request(self, system, messages, max_tokens):
         resp = self._client.messages.create(model=self.model, system=system, max_tokens=max_tokens,

@@ -25,8 +25,6 @@ def test_scenario(rows, name):
     assert r["ok"], r
 
 
-@pytest.mark.xfail(strict=True, reason="finding: the SDK timeout is per read, so a server dripping one byte "
-                   "every 0.5 s holds a request past request_timeout_s (harness/agent/providers.py)")
 def test_slow_drip_keeps_the_deadline(rows):
     r = rows["slow_drip_body"]
     assert r["wall_s"] <= r["bound_s"], r
