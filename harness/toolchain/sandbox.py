@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..secrets import scrub, scrub_obj
 from .verdict import Verdict
 
 SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
@@ -194,8 +195,10 @@ def run_job(job: dict[str, Any], timeout_s: float, env_extra: dict[str, str] | N
         t.join(timeout=2.0)            # a grandchild that escaped the group may hold a pipe
     code = proc.returncode
     sig = signal.Signals(-code).name if code is not None and code < 0 else None
+    # The child had no secrets in its environment, but it can read its parent's
+    # (/proc/<ppid>/environ): everything it says passes through the scrubber.
     base = dict(exit_code=None if timed_out else code, signal_name=None if timed_out else sig,
-                timed_out=timed_out, wall_s=wall_s, stdout=out.text(), stderr=err.text(),
+                timed_out=timed_out, wall_s=wall_s, stdout=scrub(out.text()), stderr=scrub(err.text()),
                 stdout_bytes=out.total, stderr_bytes=err.total, pgid=pgid)
     if timed_out:
         return SandboxResult(Verdict.TIMEOUT, None, f"no result within the {timeout_s:g} s deadline; "
@@ -209,6 +212,7 @@ def run_job(job: dict[str, Any], timeout_s: float, env_extra: dict[str, str] | N
         verdict = Verdict(payload.get("verdict"))
     except ValueError:
         return SandboxResult(Verdict.CRASH, None, "worker returned an unknown verdict", **base)
+    payload = scrub_obj(payload)
     return SandboxResult(verdict, payload, str(payload.get("message", "")), **base)
 
 
