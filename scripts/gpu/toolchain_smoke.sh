@@ -11,14 +11,12 @@ OUT="${OUT:-/tmp/toolchain-smoke}"
 mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HARNESS_CACHE="$OUT/cache"
-CAND=$(python3 -c "
+CAND=${CAND:-$(python3 -c "
 from harness.toolchain import list_candidates
-print(next(c.id for c in list_candidates('moe_router') if c.provenance.author == 'human'))")
+print(next(c.id for c in list_candidates('moe_router') if c.provenance.author == 'human'))")}
 echo "candidate: $CAND"
-python3 -m harness.cli eval moe_router "$CAND" --batch 1,8,64 --tp 8 --json > "$OUT/eval_moe_router.json"
-eval_rc=$?
-python3 -m harness.cli eval moe_router "$CAND" --batch 1,8,64 --tp 8 > "$OUT/eval_moe_router.txt" 2>&1
-cat "$OUT/eval_moe_router.txt"
+python3 -m harness.cli eval moe_router "$CAND" --batch 1,8,64 --tp 8 2>&1 | tee "$OUT/eval_moe_router.txt"
+eval_rc=${PIPESTATUS[0]}
 python3 -m pytest -q -m gpu tests/toolchain -p no:cacheprovider > "$OUT/gpu_tests.txt" 2>&1
 tests_rc=$?
 tail -20 "$OUT/gpu_tests.txt"
