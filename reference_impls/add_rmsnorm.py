@@ -72,4 +72,5 @@ DEFINITION = OpDefinition(
     },
     make_inputs=make_inputs,
     reference=reference,
+    notes='the norm reads the bf16-rounded sum r (vLLM fused_add_rms_norm).',
 )

@@ -112,5 +112,6 @@ DEFINITION = OpDefinition(
     },
     make_inputs=make_inputs,
     reference=reference,
+    notes='NB = 8 blocks fixed (the K3 maximum, worst-case bytes); attn_res_mix(prefix, delta, blocks_list, w_res, w_norm) takes any number.',
     extra={"max_blocks": MAX_BLOCKS, "mix": attn_res_mix},
 )

@@ -137,6 +137,7 @@ DEFINITION = OpDefinition(
     },
     make_inputs=make_inputs,
     reference=reference,
+    notes="A_log [h] is this rank's slice of the first 96 stored rates; conv has no bias and its state holds raw inputs; o comes from the fp32 S before S is stored in the state dtype.",
     scope_axes=("arch", "tp", "batch", "state_dtype"),
     state_dtypes=("fp32", "bf16"),
     extra={"state_dtype_tensors": STATE_NAMES, "n_heads_total": N_HEADS},

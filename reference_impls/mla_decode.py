@@ -143,6 +143,7 @@ DEFINITION = OpDefinition(
     },
     make_inputs=make_inputs,
     reference=reference,
+    notes="cache_lens follow a fixed schedule (L down to ~L/2, shuffled by the seed) and min_bytes counts exactly those rows; no DCP (the doc's bytes are per DCP8 rank); lse is natural-log.",
     scope_axes=("arch", "tp", "batch", "context"),
     uses_context=True,
     extra={"softmax_scale": SOFTMAX_SCALE, "num_splits": DEFAULT_SPLITS, "combine": combine},

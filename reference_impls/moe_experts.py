@@ -132,6 +132,7 @@ DEFINITION = OpDefinition(
                                         "sum over 16 experts in any order stay near 3e-3")},
     make_inputs=make_inputs,
     reference=reference,
+    notes='MXFP4 low nibble first; I = 384 (TP8) / 192 (TP16) unpadded (serving pads TP16 to 256); min_bytes counts the expected distinct experts of the routing profile.',
     scope_axes=("arch", "tp", "batch", "routing"),
     uses_routing=True,
     extra={"inter_by_tp": INTER_BY_TP, "nibble_order": "low nibble first", "expert_forward": expert_forward},

@@ -92,5 +92,6 @@ DEFINITION = OpDefinition(
                                         "and one output rounding stay near 3e-3")},
     make_inputs=make_inputs,
     reference=reference,
+    notes='1-rank form; reference_ranks (N ranks) and reference_distributed (torch.distributed) give the all-reduce semantics; partials summed in fp32.',
     extra={"reference_ranks": reference_ranks, "reference_distributed": reference_distributed},
 )

@@ -54,4 +54,5 @@ DEFINITION = OpDefinition(
                                  reason="one bf16 ulp of the fp32 result")},
     make_inputs=make_inputs,
     reference=reference,
+    notes='gate is the first half of gate_up.',
 )

@@ -58,4 +58,5 @@ DEFINITION = OpDefinition(
                                  reason="one bf16 ulp; fast tanh/exp approximations stay well inside")},
     make_inputs=make_inputs,
     reference=reference,
+    notes='gate is the first half of gate_up.',
 )

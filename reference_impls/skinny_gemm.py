@@ -114,6 +114,7 @@ DEFINITION = OpDefinition(
                                         "is ~2e-3; 1e-2 still catches a wrong tile or a dropped K-slice")},
     make_inputs=make_inputs,
     reference=reference,
+    notes='Point.shape picks one of 13 named per-rank GEMMs (extra["shapes"][tp]); "" = latent_down.',
     scope_axes=("arch", "tp", "batch", "shape"),
     extra={"shapes": SHAPES, "shape_names": SHAPE_NAMES, "default_shape": DEFAULT_SHAPE},
 )
