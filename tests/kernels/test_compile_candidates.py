@@ -42,4 +42,6 @@ def test_candidate_compiles_without_spills(op, cid, arch):
         assert rep.spill_bytes == 0, rep.kernels
         assert rep.kernels, "ptxas reported no kernels"
         if op in ALL_LOADS_128B:
-            assert rep.global_load_128b_share == 1.0, rep.global_loads_by_bits
+            # every global load is one vector of the family's width (16 bytes unless vec says less)
+            vec_bits = str(16 * int((cand.provenance.template or {}).get("params", {}).get("vec", 8)))
+            assert set(rep.global_loads_by_bits) == {vec_bits}, rep.global_loads_by_bits
