@@ -30,6 +30,7 @@ _EXPORTS = {
     "evaluate_candidate": "evaluate", "gpu_available": "evaluate", "run_canary": "evaluate",
     "StaticReport": "static_check", "check_candidate": "static_check", "check_source": "static_check",
     "Verdict": "verdict",
+    "load_compiled": "loader", "LoadError": "loader",     # the registry's and GPU gates' in-process loader
 }
 __all__ = sorted(_EXPORTS)
 
