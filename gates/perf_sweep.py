@@ -70,5 +70,7 @@ def run(ctx: GateContext) -> GateResult:
 
     points, layer, required, extra = measure(ctx)
     verdict, reasons, derived = decide(points, layer, required, ctx.config)
+    if extra.get("layer_error"):
+        reasons.append(str(extra["layer_error"]))
     numbers = {"points": points, "layer": layer, "required": required, **derived, **extra}
     return GateResult(name, verdict, reasons, numbers)

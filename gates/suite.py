@@ -29,12 +29,27 @@ def run_gates(ctx: GateContext, only: list[GateName] | None = None, on_done=None
     for g in chosen:
         if g in GPU_GATES and not has_gpu and not (g is GateName.NUMERICS_MODEL and ctx.model_config == "tiny"):
             res = GateResult(g.value, Verdict.NOT_RUN, ["needs a CUDA GPU (none on this machine)"])
+        elif g in GPU_GATES and has_gpu:
+            res = run_sandboxed(g, ctx)
         else:
             res = timed(g, runner(g), ctx)
         results.append(res)
         if on_done:
             on_done(res)
     return results
+
+
+def run_sandboxed(g: GateName, ctx: GateContext) -> GateResult:
+    """A GPU gate in a fresh process group with the frozen deadline (gates/_isolated.py):
+    candidate code that hangs or kills its process fails the gate, the harness goes on."""
+    import time
+
+    from ._isolated import run_isolated
+
+    t0 = time.perf_counter()
+    res = run_isolated(g.value, ctx, float(ctx.config.get("sandbox", f"{g.value}_timeout_s")))
+    res.duration_s = round(time.perf_counter() - t0, 3)
+    return res
 
 
 def recheck(gate: str, numbers: dict[str, Any], op: str, scope, config) -> list[str]:

@@ -1,0 +1,111 @@
+"""`harness gate / promote / demote / ci verify` through the real CLI entry point, in a
+temp repo (HARNESS_ROOT); exit codes and --json output are what CI and people read."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from harness.cli import main
+
+from gate_repo_helpers import git
+from test_promotion import _gate
+
+OP = "moe_router"
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str, str]:
+    try:
+        main(list(argv))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_gate_cpu_gates_write_a_readonly_record(repo, capsys):
+    root, cid = repo
+    code, out, _ = _cli(capsys, "gate", OP, cid, "--only", "isolation,static,numerics_unit,perf_sweep", "--json")
+    assert code == 0
+    rec = json.loads(out)
+    verdicts = {g["gate"]: g["verdict"] for g in rec["gates"]}
+    assert verdicts["isolation"] == "pass" and verdicts["static"] == "pass"
+    assert verdicts["numerics_unit"] == "not_run" and verdicts["perf_sweep"] == "not_run"   # no GPU: never a pass
+    path = rec["record"]
+    assert os.path.isfile(path) and not os.access(path, os.W_OK) or os.geteuid() == 0
+    assert oct(os.stat(path).st_mode & 0o777) == "0o444"
+    assert json.loads(open(path).read())["record_sha256"] == rec["record_sha256"]
+
+
+def test_gate_failing_gate_exits_1_and_unknown_names_exit_2(repo, capsys):
+    root, cid = repo
+    cfg = root / "gates" / "gate_config.toml"
+    cfg.write_text(cfg.read_text().replace("value = 1.05", "value = 0.5"))      # moving the goalposts
+    code, out, _ = _cli(capsys, "gate", OP, cid, "--only", "isolation", "--no-write")
+    assert code == 1 and "FAIL" in out and "gate_config.toml" in out
+    code, _, err = _cli(capsys, "gate", OP, "nope", "--only", "static")
+    assert code == 2 and err.count("\n") == 1 and "not found" in err
+    code, _, err = _cli(capsys, "gate", OP, cid, "--only", "speed")
+    assert code == 2 and "unknown gate 'speed'" in err
+
+
+def test_promote_refuses_cpu_only_evidence(repo, capsys):
+    root, cid = repo
+    assert _cli(capsys, "gate", OP, cid, "--only", "isolation,static,scope", "--json")[0] in (0, 1)
+    code, out, err = _cli(capsys, "promote", OP, cid, "--json")
+    assert code == 2 and "refusing to promote" in err
+    problems = json.loads(out)["problems"]
+    assert any("numerics_unit" in p for p in problems) and any("perf_sweep" in p for p in problems)
+    assert not (root / "kernels_generated" / "promoted.json").exists()
+
+
+def test_promote_ci_verify_demote_round_trip(repo, capsys):
+    root, cid = repo
+    _gate(root, cid)
+    code, out, _ = _cli(capsys, "promote", OP, cid, "--json")
+    assert code == 0
+    res = json.loads(out)
+    assert res["branch"] == f"promote/{OP}/{cid}" and git(root, "rev-parse", res["branch"]) == res["commit"]
+    code, out, _ = _cli(capsys, "ci", "verify", "--no-compile", "--json")
+    assert code == 0 and json.loads(out) == {"promoted": 1, "problems": [], "ok": True}
+    kernel = root / "kernels_generated" / OP / cid / "kernel.py"
+    kernel.write_bytes(kernel.read_bytes() + b" ")                               # one byte after gating
+    code, out, _ = _cli(capsys, "ci", "verify", "--no-compile")
+    lines = out.strip().splitlines()
+    assert code == 1 and lines[-1].startswith("ci verify: 1 promoted kernel(s)")
+    assert all(line.startswith(f"{OP}/{cid}: ") for line in lines[:-1]) and len(lines) >= 2
+    code, out, _ = _cli(capsys, "demote", OP, "--json")
+    assert code == 0 and json.loads(out)["action"] == "demote"
+    assert json.loads((root / "kernels_generated" / "promoted.json").read_text()) == []
+    code, _, err = _cli(capsys, "demote", OP)
+    assert code == 2 and "no promoted kernel" in err
+
+
+@pytest.fixture
+def no_gitpython(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "git", None)        # `import git` raises ImportError
+
+
+def test_git_command_line_backend_isolation_evidence_promotion(repo, no_gitpython, capsys):
+    from gates import GateContext, Verdict, isolation, load_config
+    from gates._git import Git
+
+    root, cid = repo
+    assert Git(root).backend == "git-cli"
+    ctx = GateContext(op=OP, candidate_id=cid, root=root, config=load_config(root / "gates" / "gate_config.toml"))
+    res = isolation.run(ctx)
+    assert res.verdict is Verdict.PASS and res.numbers["git_backend"] == "git-cli"
+    (root / "reference_impls" / "moe_router.py").write_text("# changed\n", encoding="utf-8")
+    bad = isolation.run(ctx)
+    assert bad.verdict is Verdict.FAIL and "reference_impls/moe_router.py" in bad.numbers["frozen_paths_changed"]
+    git(root, "checkout", "--", "reference_impls/moe_router.py")
+    _gate(root, cid)
+    code, out, _ = _cli(capsys, "promote", OP, cid, "--json")
+    assert code == 0
+    branch = json.loads(out)["branch"]
+    assert "isolation: pass" in git(root, "log", "-1", "--format=%B", branch)
+    assert git(root, "status", "--porcelain", "--", "gates", "harness") == ""   # working tree untouched
