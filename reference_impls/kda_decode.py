@@ -31,7 +31,7 @@ import torch
 
 from harness.opdef import CheckKind, OpDefinition, Point, Role, TensorSpec, Tolerance
 
-from ._common import BF16_REDUCTION_REL_NORM, HEAD_DIM, N_HEADS, RMS_EPS, heads, numel, randn, rms, spec_dtype
+from ._common import BF16_REDUCTION_REL_NORM, HEAD_DIM, N_HEADS, heads, numel, randn, rms, spec_dtype
 
 CONV_K = 4
 L2_EPS = 1e-6

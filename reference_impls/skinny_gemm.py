@@ -29,8 +29,7 @@ import torch
 
 from harness.opdef import CheckKind, OpDefinition, Point, Role, TensorSpec, Tolerance
 
-from ._common import (BF16_REDUCTION_REL_NORM, HEAD_DIM, HIDDEN, LATENT, SHARED_INTER, heads, io_bytes,
-                      randn)
+from ._common import BF16_REDUCTION_REL_NORM, HEAD_DIM, HIDDEN, LATENT, SHARED_INTER, io_bytes, randn
 
 DEFAULT_SHAPE = "latent_down"
 DENSE_INTER = 33792
