@@ -30,7 +30,7 @@ def _gpu(name: str):
         raise UserError(str(exc)) from None
 
 
-def _point(defn, batch: int, tp: int, context: int, routing: str, state_dtype: str):
+def _point(defn, batch: int, tp: int, context: int, routing: str, state_dtype: str, shape: str = ""):
     from .opdef import Point, RoutingProfile, check_point
 
     try:
@@ -39,7 +39,12 @@ def _point(defn, batch: int, tp: int, context: int, routing: str, state_dtype: s
         raise UserError(f"unknown routing profile '{routing}' (choose from {', '.join(p.value for p in RoutingProfile)})") from None
     if defn.uses_context and context == 0:
         context = 1024
-    pt = Point(batch=batch, tp=tp, context=context, routing=prof, state_dtype=state_dtype)
+    shapes = defn.extra.get("shape_names")
+    if shape and not shapes:
+        raise UserError(f"{defn.name} has one shape; --shape applies to ops with named shapes (skinny_gemm)")
+    if shape and shape not in shapes:
+        raise UserError(f"unknown shape '{shape}' for {defn.name} (choose from {', '.join(shapes)})")
+    pt = Point(batch=batch, tp=tp, context=context, routing=prof, state_dtype=state_dtype, shape=shape)
     try:
         check_point(defn, pt)
     except ValueError as exc:
@@ -148,12 +153,13 @@ def register(app: typer.Typer) -> None:
             context: int = typer.Option(0, "--context", help="Context length L (MLA only; default 1024)."),
             routing: str = typer.Option("uniform", help="MoE routing profile: uniform, zipf, hot."),
             state_dtype: str = typer.Option("fp32", help="KDA state dtype: fp32 or bf16."),
+            shape: str = typer.Option("", help="Named GEMM shape (skinny_gemm), e.g. kda_in_proj."),
             seed: int = typer.Option(0, "--seed", help="Seed of the input generator."),
             save: Path = typer.Option(..., "--save", help="File to torch.save {'inputs', 'outputs'} into."),
             json_out: bool = typer.Option(False, "--json", help="Print a JSON summary.")) -> None:
         """Run the PyTorch reference on seeded inputs and save inputs and outputs."""
         defn = _defn(op)
-        pt = _point(defn, batch, tp, context, routing, state_dtype)
+        pt = _point(defn, batch, tp, context, routing, state_dtype, shape)
         import torch
 
         if save.exists() and save.is_dir():
@@ -168,7 +174,8 @@ def register(app: typer.Typer) -> None:
         try:
             torch.save({"inputs": inputs, "outputs": outputs, "op": defn.name,
                         "point": {"batch": pt.batch, "tp": pt.tp, "context": pt.context,
-                                  "routing": pt.routing.value, "state_dtype": pt.state_dtype},
+                                  "routing": pt.routing.value, "state_dtype": pt.state_dtype,
+                                  "shape": pt.shape},
                         "seed": seed}, tmp)
             os.replace(tmp, save)
         finally:
