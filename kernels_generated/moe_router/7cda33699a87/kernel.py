@@ -1,8 +1,8 @@
 """moe_router candidate: tensor-core (mma.sync bf16, swap-AB) router GEMM + warp-per-token top-16.
 
 Rendered from prompts/kernels/moe_router/mma_topk.py.j2 with
-    m_tiles=2 n_tiles=4 warps=4 cta_splits=8
-    topk_warps=1 pdl=True
+    m_tiles=2 n_tiles=1 warps=4 cta_splits=8
+    topk_warps=1 pdl=True topk_redux=True
 
 Math (reference_impls/moe_router.py):
     logits = x @ W^T (fp32 accumulate), s = sigmoid(logits), ids = top16(s + bias),
@@ -19,7 +19,7 @@ logical k and every global load is a 16-byte vector.
 The CTA sums its warps' accumulators through shared memory in warp order (deterministic)
 and writes fp32 partial logits [CTA_SPLITS, 64, E]; the top-k kernel sums the partials in
 split order. Top-k: one warp per token, lane l owns experts ((c*32 + l)*4 + v), 16 rounds of
-argmax (lane-local tree, then a butterfly; ties go to the lower expert id).
+argmax (lane-local tree, then a butterfly, here two integer redux.sync; ties go to the lower expert id).
 Two kernels from one @cute.jit, programmatic dependent launch (the top-k grid waits
 on griddepcontrol). The workspace lives in a per-device cache: calls must not run
 concurrently on two streams of one device.
@@ -37,7 +37,7 @@ B_MAX = 64
 ROUTED_SCALING_FACTOR = 1.0
 VEC = 8                                   # bf16 per 16-byte load
 M_TILES = 2                   # 16-row MMA tiles per warp
-N_TILES = 4                   # 8-token MMA tiles (B <= 8 * N_TILES)
+N_TILES = 1                   # 8-token MMA tiles (B <= 8 * N_TILES)
 WARPS = 4
 CTA_SPLITS = 8
 TOPK_WARPS = 1
@@ -190,22 +190,23 @@ class MoERouter:
         my_w = Float32(0.0)
         my_id = Int32(0)
         wsum = Float32(0.0)
+        # keys as order-preserving int32 (float bits, negatives' magnitude bits flipped) so the
+        # warp argmax is two redux.sync (int max of the key, then int min of the ids holding it)
+        kbits = cute.recast_tensor(key, Int32)
+        okey = cute.make_rmem_tensor(cute.make_layout((EPL,), stride=(1,)), Int32)
+        for j in cutlass.range_constexpr(EPL):
+            kb_ = kbits[j]
+            okey[j] = kb_ ^ ((kb_ >> 31) & Int32(0x7FFFFFFF))
         for rnd in cutlass.range(TOP_K, unroll=1):
-            bk, bj = lane_argmax([(key[j], Int32(j)) for j in range(EPL)])
+            bk, bj = lane_argmax([(okey[j], Int32(j)) for j in range(EPL)])
             my_slot = bj
-            bi = expert_of(lane, bj)
-            for off in cutlass.range_constexpr(5):
-                ok = cute.arch.shuffle_sync_bfly(bk, offset=1 << (4 - off))
-                oi = cute.arch.shuffle_sync_bfly(bi, offset=1 << (4 - off))
-                take = (ok > bk) | ((ok == bk) & (oi < bi))
-                bk = cutlass.select_(take, ok, bk)
-                bi = cutlass.select_(take, oi, bi)
-            # the winner's owner lane retires it and broadcasts its unbiased score
+            top = cute.arch.warp_redux_sync(bk, "max")
+            bi = cute.arch.warp_redux_sync(cutlass.select_(bk == top, expert_of(lane, bj), Int32(E)), "min")
             won = expert_of(lane, my_slot) == bi
             mine = Float32(0.0)
             for j in cutlass.range_constexpr(EPL):
                 hit = won & (my_slot == j)
-                key[j] = cutlass.select_(hit, -Float32.inf, key[j])
+                okey[j] = cutlass.select_(hit, Int32(-2147483647 - 1), okey[j])
                 mine = cutlass.select_(hit, sc[j], mine)
             owner = (bi // 4) % 32
             bs = cute.arch.shuffle_sync(mine, owner)
