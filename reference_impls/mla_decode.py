@@ -89,16 +89,31 @@ def combine(lat_i: torch.Tensor, lse_i: torch.Tensor) -> tuple[torch.Tensor, tor
 
 def reference(q_lat: torch.Tensor, q_pe: torch.Tensor, kv_cache: torch.Tensor, cache_lens: torch.Tensor,
               num_splits: int = DEFAULT_SPLITS) -> dict[str, torch.Tensor]:
-    bsz, h, _ = q_lat.shape
-    lat = torch.empty(bsz, h, KV_LORA)
-    lse = torch.empty(bsz, h)
-    for b in range(bsz):                                   # one row at a time: the fp32 cache stays small
-        n = int(cache_lens[b])
-        c = kv_cache[b, :n].float()
-        scores = (q_lat[b].float() @ c[:, :KV_LORA].t() + q_pe[b].float() @ c[:, KV_LORA:].t()) * SOFTMAX_SCALE
-        lat_b, lse_b = combine(*split_partials(scores, c[:, :KV_LORA], num_splits))
-        lat[b], lse[b] = lat_b, lse_b
-    return {"lat": lat.to(device=q_lat.device, dtype=torch.bfloat16), "lse": lse.to(q_lat.device)}
+    """All rows at once with masks (no host read-back of cache_lens), so the decode step
+    that calls it can be captured in a CUDA graph. Row b's chunk i covers positions
+    [i*c_b, min((i+1)*c_b, n_b)) with c_b = ceil(n_b / num_splits), as `split_partials`."""
+    c = kv_cache.float()                                          # [B, L, 576]
+    kv_c = c[..., :KV_LORA]
+    scores = (torch.einsum("bhr,blr->bhl", q_lat.float(), kv_c)
+              + torch.einsum("bhp,blp->bhl", q_pe.float(), c[..., KV_LORA:])) * SOFTMAX_SCALE
+    n = cache_lens.to(torch.int64)[:, None]                       # [B, 1]
+    chunk = (n + num_splits - 1) // num_splits
+    pos = torch.arange(kv_cache.shape[1], device=kv_cache.device)[None, :]   # [1, L]
+    lat_i, lse_i = [], []
+    for i in range(num_splits):
+        inside = (pos >= i * chunk) & (pos < torch.minimum((i + 1) * chunk, n))        # [B, L]
+        s = scores.masked_fill(~inside[:, None, :], float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m))
+        p = torch.exp(s - m_safe)                                 # 0 outside the chunk
+        l = p.sum(-1, keepdim=True)
+        lat_i.append(torch.einsum("bhl,blr->bhr", p, kv_c) / l.clamp_min(1e-30))
+        lse_i.append((m_safe + torch.log(l)).squeeze(-1))         # log(0) = -inf: empty chunk
+    lse_all = torch.stack(lse_i)                                  # [S, B, h]
+    lse = torch.logsumexp(lse_all, dim=0)
+    w = torch.exp(lse_all - lse[None])
+    lat = (w[..., None] * torch.stack(lat_i)).sum(0)
+    return {"lat": lat.to(torch.bfloat16), "lse": lse}
 
 
 def make_inputs(point: Point, gen: torch.Generator, device: str = "cpu") -> dict[str, torch.Tensor]:

@@ -70,6 +70,8 @@ def expert_forward(x: torch.Tensor, w13: torch.Tensor, w13_scale: torch.Tensor, 
 
 def reference(lat_in: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, w13: torch.Tensor,
               w13_scale: torch.Tensor, w2: torch.Tensor, w2_scale: torch.Tensor) -> dict[str, torch.Tensor]:
+    if lat_in.is_cuda:
+        return reference_per_slot(lat_in, topk_ids, topk_weights, w13, w13_scale, w2, w2_scale)
     x = lat_in.float()
     out = torch.zeros_like(x)
     ids = topk_ids.long()
@@ -77,6 +79,26 @@ def reference(lat_in: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
         rows, slots = (ids == e).nonzero(as_tuple=True)
         y = expert_forward(x[rows], w13[e], w13_scale[e], w2[e], w2_scale[e])
         out.index_add_(0, rows, y * topk_weights[rows, slots].float()[:, None])
+    return {"out": out.to(torch.bfloat16)}
+
+
+def reference_per_slot(lat_in: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                       w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor,
+                       w2_scale: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The same sum, one routing slot at a time with gathered experts: no data-dependent
+    host read-back (`unique().tolist()`), so a decode step on the GPU can be captured in a
+    CUDA graph. Used for CUDA tensors; tests check it equals the per-expert form."""
+    x = lat_in.float()
+    out = torch.zeros_like(x)
+    ids = topk_ids.long()
+    for k in range(ids.shape[1]):                    # static loop over the top-k slots
+        e = ids[:, k]
+        w_up = mxfp4.decode(w13[e], w13_scale[e])                    # [B, 2I, LAT]
+        h = torch.einsum("bl,bil->bi", x, w_up)
+        gate, up = h.chunk(2, dim=-1)
+        w_dn = mxfp4.decode(w2[e], w2_scale[e])                      # [B, LAT, I]
+        y = torch.einsum("bi,bli->bl", situ(gate, up), w_dn)
+        out += y * topk_weights[:, k].float()[:, None]
     return {"out": out.to(torch.bfloat16)}
 
 
