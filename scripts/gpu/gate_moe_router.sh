@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Every fast-track gate on moe_router candidate(s), on the lent H200 (~5-6 min per candidate).
+#
+#   bash scripts/gpu/gate_moe_router.sh [CANDIDATE_ID ...]     (default: 9d6bff9723cc)
+#   run carry: [".device", ".whl"]
+#
+# Before running: commit the candidate (kernels_generated/moe_router/<id>/) as its own commit
+# and leave nothing else uncommitted. The isolation gate diffs the working tree against the
+# parent of the commit that added the candidate's kernel.py: any other changed or untracked
+# file (someone's work in progress included) fails it, as it should.
+#
+# Writes the evidence record into the candidate folder (commit it afterwards: copy it from
+# $OUT/<id>/ into kernels_generated/moe_router/<id>/evidence/) and into $OUT:
+#   $OUT/<id>/gate_report.json   the `harness gate --json` output (the full record)
+#   $OUT/<id>/<record>.json      the evidence record file itself
+#   $OUT/<id>/assess.json        what `harness promote` would say about it (problems, if any)
+#   $OUT/gate.log                the human-readable progress and verdict lines
+set -uo pipefail
+source scripts/gpu/setup.sh
+OUT=${OUT:-/tmp/gate_out}
+mkdir -p "$OUT"
+export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
+LOG="$OUT/gate.log"
+CANDS=("$@")
+[ ${#CANDS[@]} -eq 0 ] && CANDS=(9d6bff9723cc)
+
+{
+  echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
+  echo "== HEAD $(git rev-parse --short HEAD 2>/dev/null); uncommitted paths: $(git status --porcelain | wc -l)"
+  git status --porcelain | head -20
+} >>"$LOG" 2>&1
+
+for cid in "${CANDS[@]}"; do
+  dir="kernels_generated/moe_router/$cid"
+  mkdir -p "$OUT/$cid"
+  added=$(git log -1 --format=%H --diff-filter=A -- "$dir/kernel.py" 2>/dev/null)
+  base_args=()
+  if [ -n "$added" ]; then
+    base_args=(--base "$added^")
+    echo "== $cid: added in $(git log -1 --format='%h %s' "$added"); isolation base = its parent" >>"$LOG"
+  else
+    echo "== $cid: NOT committed: isolation compares against the default base (merge-base with main)" >>"$LOG"
+  fi
+  before=$(ls "$dir/evidence" 2>/dev/null | sort)
+  t0=$(date +%s)
+  # The whole gate run stays under the 10-minute command limit even if a gate hangs to its deadline.
+  timeout 560 python3 -m harness.cli gate moe_router "$cid" --model-config k3-tp8-rank "${base_args[@]}" --json \
+    >"$OUT/$cid/gate_report.json" 2>>"$LOG"
+  rc=$?
+  echo "== $cid: harness gate exit $rc after $(( $(date +%s) - t0 )) s" >>"$LOG"
+  python3 - "$OUT/$cid/gate_report.json" >>"$LOG" 2>&1 <<'EOF'
+import json, sys
+try:
+    rec = json.load(open(sys.argv[1]))
+except Exception as exc:  # noqa: BLE001
+    print(f"   no JSON report: {exc}")
+    sys.exit(0)
+for g in rec["gates"]:
+    print(f"   {g['verdict'].upper():8} {g['gate']:15} {g['duration_s']:8.1f} s")
+    for r in g["reasons"][:6]:
+        print(f"            {r}")
+    n = g["numbers"]
+    if g["gate"] == "perf_sweep":
+        print(f"            geomean speedup {n.get('geomean_speedup')}, layer {n.get('layer') and {k: n['layer'][k] for k in ('on_us', 'off_us', 'noise_rel')}}")
+    if g["gate"] == "numerics_model":
+        for run in n.get("runs", []):
+            print("            " + ", ".join(f"{k}={run.get(k)}" for k in ("kind", "tokens", "context", "greedy_agreement",
+                  "sampling_agreement", "max_kl", "max_logit_rel_err", "kernel_calls_on", "kernel_calls_off", "valid")))
+print(f"   record: {rec.get('record')}")
+EOF
+  for f in $(ls "$dir/evidence" 2>/dev/null | sort); do
+    echo "$before" | grep -qx "$f" || cp "$dir/evidence/$f" "$OUT/$cid/$f"
+  done
+  python3 - moe_router "$cid" >"$OUT/$cid/assess.json" 2>>"$LOG" <<'EOF'
+import json, sys
+from pathlib import Path
+from harness.promotion import assess
+a = assess(Path.cwd(), sys.argv[1], sys.argv[2])
+print(json.dumps({"op": a.op, "candidate": a.candidate_id, "promotable": a.ok, "problems": a.problems,
+                  "gates": a.gates}, indent=2, default=str))
+EOF
+done
+tail -60 "$LOG"
