@@ -56,7 +56,7 @@ def model_runs(ctx: GateContext, device: str) -> tuple[list[dict[str, Any]], dic
     name = sorted(schemas)[0]
     try:
         cons = JsonConstraint(schemas[name], tok)
-    except (ImportError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - no grammar engine / a rejected schema: the run fails, recorded
         runs.append({"kind": "structured", "valid": False, "error": f"{type(exc).__name__}: {exc}"})
     else:
         r = _k3.lockstep(pair, _k3.prompts(tok, bsz, plen, 9), n["structured"], greedy, constraint=cons,
