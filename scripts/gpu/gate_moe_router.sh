@@ -33,13 +33,24 @@ CANDS=("$@")
 for cid in "${CANDS[@]}"; do
   dir="kernels_generated/moe_router/$cid"
   mkdir -p "$OUT/$cid"
-  added=$(git log -1 --format=%H --diff-filter=A -- "$dir/kernel.py" 2>/dev/null)
   base_args=()
-  if [ -n "$added" ]; then
-    base_args=(--base "$added^")
-    echo "== $cid: added in $(git log -1 --format='%h %s' "$added"); isolation base = its parent" >>"$LOG"
+  if [ "${GATE_AS_PR:-1}" = 1 ] && git ls-files --error-unmatch "$dir/kernel.py" >/dev/null 2>&1; then
+    # The candidate is already on main (committed with others' work). Gate it as the pull
+    # request that brings it: on a throwaway branch, a base commit without the candidate's
+    # folder, then a commit that adds exactly that folder; isolation diffs against the base.
+    git -c user.name=gate -c user.email=gate@localhost checkout -q -b "gate/$cid" 2>>"$LOG" || git checkout -q "gate/$cid"
+    git rm -rq "$dir" && git -c user.name=gate -c user.email=gate@localhost commit -qm "base: main without $cid"
+    git checkout HEAD~1 -- "$dir" && git -c user.name=gate -c user.email=gate@localhost commit -qm "candidate $cid"
+    base_args=(--base HEAD~1)
+    echo "== $cid: gated as a PR: base $(git rev-parse --short HEAD~1) (main without it), head adds only $dir" >>"$LOG"
   else
-    echo "== $cid: NOT committed: isolation compares against the default base (merge-base with main)" >>"$LOG"
+    added=$(git log -1 --format=%H --diff-filter=A -- "$dir/kernel.py" 2>/dev/null)
+    if [ -n "$added" ]; then
+      base_args=(--base "$added^")
+      echo "== $cid: added in $(git log -1 --format='%h %s' "$added"); isolation base = its parent" >>"$LOG"
+    else
+      echo "== $cid: NOT committed: isolation compares against the default base (merge-base with main)" >>"$LOG"
+    fi
   fi
   before=$(ls "$dir/evidence" 2>/dev/null | sort)
   t0=$(date +%s)
