@@ -14,6 +14,8 @@ Not an op module: helpers for the moe_experts reference, its tests and the decod
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 GROUP = 32
@@ -49,7 +51,13 @@ def e8m0_to_float(scale: torch.Tensor) -> torch.Tensor:
 
 
 def byte_table(device: str | torch.device = "cpu") -> torch.Tensor:
-    """fp32 [256, 2]: the (low, high) nibble values of every byte."""
+    """fp32 [256, 2]: the (low, high) nibble values of every byte. Built once per device
+    (a host-to-device copy inside a CUDA-graph capture would fail), never written to."""
+    return _byte_table(str(torch.device(device)))
+
+
+@functools.lru_cache(maxsize=None)
+def _byte_table(device: str) -> torch.Tensor:
     t = e2m1_table(device)
     return torch.stack([t.repeat(16), t.repeat_interleave(16)], dim=-1)
 
