@@ -4,10 +4,13 @@ Two decoders share one set of seeded weights; each has its own Registry: `on` ha
 candidate registered for its op, `off` has it registered AND switched off by the kill
 switch (so the off run proves the switch: zero kernel calls). Promoted kernels of other ops
 (kernels_generated/promoted.json) are registered in both, so the A/B isolates this op.
+With `noise=True` a third decoder runs the op through a benign perturbation of its
+reference (gates/_benign.py): the model's own noise floor, measured in the same run.
 
-`lockstep` decodes both paths on the same tokens (teacher forcing on the kernel-on path's
-choice), comparing the next-token distributions at every step; `layer_ab` times one decode
-step with the kernel on vs off, interleaved A B B A.
+`lockstep` decodes every path on the same tokens (teacher forcing on the kernel-on path's
+choice), comparing each path's next-token distribution with the off path's at every step
+(per-step series: KL, logit rel err, rows whose chosen id sets differ); `layer_ab` times one
+decode step with the kernel on vs off, interleaved A B B A.
 """
 from __future__ import annotations
 
@@ -29,14 +32,25 @@ class Pair:
     reg_on: Any
     reg_off: Any
     tokenizer: Any
+    model_noise: Any = None        # the benign-perturbation path (None: not measured)
+    reg_noise: Any = None
+    noise_kind: str = ""
 
     @property
     def device(self):
         return self.model_on.device
 
     def reset(self) -> None:
-        self.reg_on.reset_counters()
-        self.reg_off.reset_counters()
+        for reg in (self.reg_on, self.reg_off, self.reg_noise):
+            if reg is not None:
+                reg.reset_counters()
+
+    def noise_calls(self) -> int:
+        from harness.registry import Outcome
+
+        if self.reg_noise is None:
+            return 0
+        return sum(c for k, c in self.reg_noise.counters().items() if k.op == self.op and k.outcome is Outcome.KERNEL)
 
     def kernel_calls(self) -> tuple[int, int]:
         from harness.registry import Outcome
@@ -68,7 +82,9 @@ def parse_model_config(name: str, default_layers: int) -> tuple[str, int]:
 
 
 def build_pair(op: str, candidate_dir, root, model_config: str, default_layers: int, device: str,
-               seed: int = DEFAULT_SEED) -> Pair:
+               seed: int = DEFAULT_SEED, noise: bool = False, on_fn=None) -> Pair:
+    """`on_fn`: register this callable as the on path's kernel instead of the candidate
+    folder (experiments and tests: a test-only "kernel" through the same machinery)."""
     import torch
 
     from harness.model.config import get_config
@@ -76,23 +92,61 @@ def build_pair(op: str, candidate_dir, root, model_config: str, default_layers: 
     from harness.model.tokenizer import ByteTokenizer
     from harness.model.weights import init_weights
     from harness.registry import KernelScope, Registry
-    from harness.toolchain.candidate import load_candidate
 
     preset, layers = parse_model_config(model_config, default_layers)
     cfg = get_config(preset, layers or None)
-    cand = load_candidate(op, candidate_dir)
     manifest = root / "kernels_generated" / "promoted.json"
+    if on_fn is None:
+        from harness.toolchain.candidate import load_candidate
+
+        cand = load_candidate(op, candidate_dir)
+        scope, kw = KernelScope.from_json(cand.scope.to_json()), {"candidate": cand.id, "candidate_dir": cand.path}
+    else:
+        scope, kw = _any_scope(), {"fn": on_fn, "candidate": "test-fn"}
     regs = []
     for _ in range(2):
-        reg = Registry()
+        reg = Registry(check_shapes=on_fn is None or cfg.is_k3_rank)
         reg.load_manifest(manifest, root / "kernels_generated")
-        reg.register(op, KernelScope.from_json(cand.scope.to_json()), candidate=cand.id, candidate_dir=cand.path)
+        reg.register(op, scope, **kw)
         regs.append(reg)
     regs[1].disable(op)
     with torch.no_grad():
         w = init_weights(cfg, seed, device)
-    return Pair(op, cfg, K3Decoder(cfg, w, regs[0]), K3Decoder(cfg, w, regs[1]), regs[0], regs[1],
+    pair = Pair(op, cfg, K3Decoder(cfg, w, regs[0]), K3Decoder(cfg, w, regs[1]), regs[0], regs[1],
                 ByteTokenizer(cfg.vocab, cfg.eos_id, cfg.bos_id))
+    if noise:
+        from ._benign import benign_fn, describe
+
+        reg = Registry(check_shapes=cfg.is_k3_rank)       # tiny widths: the benign fn takes any size
+        reg.load_manifest(manifest, root / "kernels_generated")
+        reg.register(op, _any_scope(), benign_fn(op, seed), candidate="benign-perturbation")
+        pair.model_noise, pair.reg_noise, pair.noise_kind = K3Decoder(cfg, w, reg), reg, describe(op)
+    return pair
+
+
+def _any_scope():
+    from harness.registry import KernelScope
+
+    return KernelScope(archs=(), tp=(), batch=(1, 1 << 30), dtypes=())
+
+
+class _Recorder:
+    """Wraps a path's registry: keeps the id sets of the op's integer outputs (the chosen
+    experts of moe_router) per call site, for the current step."""
+
+    def __init__(self, reg, op: str) -> None:
+        self.reg, self.op, self.ids = reg, op, {}
+
+    def run(self, op: str, inputs, *, tp: int, site: str = "", **static):
+        out = self.reg.run(op, inputs, tp=tp, site=site, **static)
+        if op == self.op:
+            for name, t in out.items():
+                if not t.is_floating_point() and t.dim() == 2:
+                    self.ids[f"{site}:{name}"] = [frozenset(r) for r in t.tolist()]
+        return out
+
+    def __getattr__(self, name: str):
+        return getattr(self.reg, name)
 
 
 def prompts(tok, batch: int, length: int, offset: int = 0) -> list[list[int]]:
@@ -152,74 +206,123 @@ def _step_metrics(off, on) -> tuple[float, float, float]:
     return float(kl.max()), float(rel.max()), float(agree)
 
 
+def _sig(v: float) -> float:
+    return float(f"{v:.4g}")
+
+
+class _Series:
+    """Per-step drift of one path against the off path."""
+
+    def __init__(self) -> None:
+        self.kl: list[float] = []
+        self.rel: list[float] = []
+        self.flips: list[int] = []
+        self.agree = 0.0
+        self.nonfinite = 0
+
+    def add(self, off, other, flips: int) -> None:
+        kl, rel, ag = _step_metrics(off, other)
+        if not (math.isfinite(kl) and math.isfinite(rel)):
+            kl, rel = NONFINITE, NONFINITE          # finite in JSON, fails every threshold
+            self.nonfinite += 1
+        self.kl.append(kl)
+        self.rel.append(rel)
+        self.flips.append(flips)
+        self.agree += ag
+
+    def summary(self, total: float) -> dict[str, Any]:
+        first = next((i + 1 for i, (k, f) in enumerate(zip(self.kl, self.flips)) if k > 0 or f > 0), 0)
+        return {"greedy_agreement": self.agree / total if total else 0.0,
+                "max_kl": max(self.kl, default=0.0), "mean_kl": sum(self.kl) / len(self.kl) if self.kl else 0.0,
+                "max_logit_rel_err": max(self.rel, default=0.0), "nonfinite_steps": self.nonfinite,
+                "first_divergence_step": first, "steps_with_flips": sum(f > 0 for f in self.flips),
+                "kl_per_step": [_sig(v) for v in self.kl], "logit_rel_err_per_step": [_sig(v) for v in self.rel],
+                "expert_flips_per_step": list(self.flips)}
+
+
 def lockstep(pair: Pair, rows: list[list[int]], steps: int, params, constraint=None, schema=None,
              context_fill: int = 0, seed: int = DEFAULT_SEED) -> dict[str, Any]:
-    """Decode both paths on the same tokens for `steps` steps; compare every step."""
+    """Decode every path on the same tokens for `steps` steps; compare every step.
+    Per step: KL(p_off || p_on), logit rel err, and the rows (x call sites) whose chosen id
+    sets differ from the off path's (expert flips); the same for the noise path if any."""
     import torch
 
     from harness.model.cache import DecodeCache
     from harness.model.grammar import validate
     from harness.model.sampling import make_generator, sample
 
+    from ._benign import set_difference_counts
+
     t0 = time.perf_counter()
     cfg, dev, bsz = pair.cfg, pair.device, len(rows)
     max_len = context_fill + max(len(r) for r in rows) + steps + 2
-    c_on = DecodeCache.allocate(cfg, bsz, max_len, dev)
-    c_off = DecodeCache.allocate(cfg, bsz, max_len, dev)
+    models = {"on": pair.model_on, "off": pair.model_off}
+    if pair.model_noise is not None:
+        models["noise"] = pair.model_noise
+    caches = {k: DecodeCache.allocate(cfg, bsz, max_len, dev) for k in models}
     if context_fill:
-        fill_context(pair, c_on, context_fill, seed)
-        c_off.copy_from(c_on)
+        fill_context(pair, caches["on"], context_fill, seed)
+        for k in models:
+            if k != "on":
+                caches[k].copy_from(caches["on"])
+    recs = {k: _Recorder(m.registry, pair.op) for k, m in models.items()}
+    saved = {k: m.registry for k, m in models.items()}
     pair.reset()
-    lo_on = pair.model_on.prefill(rows, c_on)
-    lo_off = pair.model_off.prefill(rows, c_off)
-    g_on, g_off = make_generator(params, dev), make_generator(params, dev)
-    matchers = constraint.matchers(bsz) if constraint is not None else []
-    out: list[list[int]] = [[] for _ in range(bsz)]
-    done = [False] * bsz
-    max_kl = max_rel = 0.0
-    agree = same = total = 0.0
-    n = nonfinite = 0
-    for n in range(1, steps + 1):
-        kl, rel, ag = _step_metrics(lo_off, lo_on)
-        if not (math.isfinite(kl) and math.isfinite(rel)):
-            kl, rel = NONFINITE, NONFINITE          # finite in JSON, fails every threshold
-            nonfinite += 1
-        max_kl, max_rel, agree = max(max_kl, kl), max(max_rel, rel), agree + ag
-        allowed = constraint.allowed_mask(matchers).to(dev) if constraint is not None else None
-        t_on = sample(lo_on, params, g_on, allowed)
-        t_off = sample(lo_off, params, g_off, allowed)
-        same += float((t_on == t_off).sum())
-        total += bsz
-        toks = t_on.tolist()
-        if constraint is not None:
-            constraint.advance(matchers, toks)
-            for b, t in enumerate(toks):
-                if not done[b]:
-                    if t == cfg.eos_id:
-                        done[b] = True
-                    else:
-                        out[b].append(t)
-            if all(done):
+    try:
+        for k, m in models.items():
+            m.registry = recs[k]
+        logits = {k: m.prefill(rows, caches[k]) for k, m in models.items()}
+        gens = {k: make_generator(params, dev) for k in models}
+        matchers = constraint.matchers(bsz) if constraint is not None else []
+        out: list[list[int]] = [[] for _ in range(bsz)]
+        done = [False] * bsz
+        series = {k: _Series() for k in models if k != "off"}
+        same = same_noise = total = 0.0
+        n = 0
+        for n in range(1, steps + 1):
+            for k, ser in series.items():
+                ser.add(logits["off"], logits[k], set_difference_counts(recs[k].ids, recs["off"].ids))
+            allowed = constraint.allowed_mask(matchers).to(dev) if constraint is not None else None
+            toks_of = {k: sample(logits[k], params, gens[k], allowed) for k in models}
+            t_on = toks_of["on"]
+            same += float((t_on == toks_of["off"]).sum())
+            same_noise += float((toks_of.get("noise", t_on) == toks_of["off"]).sum())
+            total += bsz
+            toks = t_on.tolist()
+            if constraint is not None:
+                constraint.advance(matchers, toks)
+                for b, t in enumerate(toks):
+                    if not done[b]:
+                        if t == cfg.eos_id:
+                            done[b] = True
+                        else:
+                            out[b].append(t)
+                if all(done):
+                    break
+            if n == steps:
                 break
-        if n == steps:
-            break
-        lo_on = pair.model_on.step(t_on, c_on)
-        lo_off = pair.model_off.step(t_on, c_off)
+            logits = {k: m.step(t_on, caches[k]) for k, m in models.items()}
+    finally:
+        for k, m in models.items():
+            m.registry = saved[k]
     if dev.type == "cuda":
         torch.cuda.synchronize()
     on_calls, off_calls = pair.kernel_calls()
     res: dict[str, Any] = {"tokens": n, "batch": bsz, "prompt_tokens": max(len(r) for r in rows),
                            "context": context_fill + max(len(r) for r in rows), "context_synthesized": context_fill,
-                           "greedy_agreement": agree / total if total else 0.0,
+                           **series["on"].summary(total),
                            "sampling_agreement": same / total if total else 0.0,
-                           "max_kl": max_kl, "max_logit_rel_err": max_rel,
-                           "kernel_calls_on": on_calls, "kernel_calls_off": off_calls, "nonfinite_steps": nonfinite,
-                           "trace": pair.trace(), "wall_s": round(time.perf_counter() - t0, 3)}
+                           "kernel_calls_on": on_calls, "kernel_calls_off": off_calls,
+                           "trace": pair.trace()}
+    if "noise" in series:
+        res["noise"] = {"perturbation": pair.noise_kind, "calls": pair.noise_calls(),
+                        "sampling_agreement": same_noise / total if total else 0.0, **series["noise"].summary(total)}
     if constraint is not None:
         texts = [pair.tokenizer.decode(o) for o in out]
         res["valid"] = all(done) and all(validate(schema, t) for t in texts)
         res["finished_rows"] = sum(done)
         res["outputs"] = [t[:200] for t in texts]
+    res["wall_s"] = round(time.perf_counter() - t0, 3)
     return res
 
 

@@ -6,8 +6,11 @@ long_context     decode after a >= long_context_tokens context (synthesized MLA 
 sampling         temperature 0.8, top-k 50, top-p 0.95, one seed for both paths
 structured       JSON-schema-constrained decoding (llguidance), greedy; the kernel-on
                  output must be a complete, schema-valid document in every row
-Each run returns what numerics_model.decide() reads, plus the registry trace of the op on
-both paths. The tiny config (CPU smoke) runs the same code with small counts.
+Every run decodes three paths in lockstep: kernel on, kernel off, and the benign
+perturbation (gates/_benign.py) whose drift from the off path is the noise floor.
+Each run returns what numerics_model.decide() reads (with per-step series and the noise
+path's statistics under "noise"), plus the registry trace of the op on both paths.
+The tiny config (CPU smoke) runs the same code with small counts.
 """
 from __future__ import annotations
 
@@ -33,7 +36,8 @@ def model_runs(ctx: GateContext, device: str) -> tuple[list[dict[str, Any]], dic
     from . import _k3
 
     c = lambda n: ctx.config.get("numerics_model", n)  # noqa: E731
-    pair = _k3.build_pair(ctx.op, ctx.candidate_dir, ctx.root, ctx.model_config, int(c("model_layers")), device)
+    pair = _k3.build_pair(ctx.op, ctx.candidate_dir, ctx.root, ctx.model_config, int(c("model_layers")), device,
+                          noise=True)
     smoke = pair.cfg.name == "tiny"
     n = SMOKE if smoke else {
         "long_generation": int(c("long_generation_tokens")), "long_context": int(c("long_context_tokens")),
@@ -64,5 +68,6 @@ def model_runs(ctx: GateContext, device: str) -> tuple[list[dict[str, Any]], dic
         runs.append({"kind": "structured", "schema": name, **r})
     extra = {"n_layers": pair.cfg.n_layers, "model_preset": pair.cfg.name, "weights_seed": _k3.DEFAULT_SEED,
              "batch_rows": bsz, "prompt_tokens": plen, "teacher_forcing": "kernel-on path's tokens",
+             "noise_path": pair.noise_kind,
              "cuda_graph": "not captured: other ops' reference paths synchronise with the host"}
     return runs, extra
