@@ -29,22 +29,25 @@ def describe(op: str) -> str:
     return "reference with each floating output moved by +-1 ulp of its dtype (seeded, half the elements)"
 
 
-def _router_split_k(x, router_weight, e_score_bias, topk_weights, topk_ids, **_: Any) -> None:
-    import torch
+def router_split_k(splits: int = SPLITS) -> KernelFn:
+    """moe_router with its logits summed over `splits` K-chunks in chunk order."""
+    def fn(x, router_weight, e_score_bias, topk_weights, topk_ids, **_: Any) -> None:
+        import torch
 
-    from reference_impls.moe_router import ROUTED_SCALING_FACTOR
+        from reference_impls.moe_router import ROUTED_SCALING_FACTOR
 
-    top_k = topk_ids.shape[-1]
-    xf, wf = x.float(), router_weight.float()
-    bounds = [round(i * xf.shape[1] / SPLITS) for i in range(SPLITS + 1)]
-    logits = torch.zeros(xf.shape[0], wf.shape[0], dtype=torch.float32, device=x.device)
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        logits = logits + xf[:, a:b] @ wf[:, a:b].t()
-    scores = torch.sigmoid(logits)
-    ids = torch.topk(scores + e_score_bias.float(), top_k, dim=-1, sorted=True).indices
-    w = scores.gather(1, ids)
-    topk_weights.copy_(w / w.sum(-1, keepdim=True) * ROUTED_SCALING_FACTOR)
-    topk_ids.copy_(ids.to(torch.int32))
+        top_k = topk_ids.shape[-1]
+        xf, wf = x.float(), router_weight.float()
+        bounds = [round(i * xf.shape[1] / splits) for i in range(splits + 1)]
+        logits = torch.zeros(xf.shape[0], wf.shape[0], dtype=torch.float32, device=x.device)
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            logits = logits + xf[:, a:b] @ wf[:, a:b].t()
+        scores = torch.sigmoid(logits)
+        ids = torch.topk(scores + e_score_bias.float(), top_k, dim=-1, sorted=True).indices
+        w = scores.gather(1, ids)
+        topk_weights.copy_(w / w.sum(-1, keepdim=True) * ROUTED_SCALING_FACTOR)
+        topk_ids.copy_(ids.to(torch.int32))
+    return fn
 
 
 def _ulp_jitter(op: str, seed: int) -> KernelFn:
@@ -72,7 +75,7 @@ def _ulp_jitter(op: str, seed: int) -> KernelFn:
 def benign_fn(op: str, seed: int = 0) -> KernelFn:
     """A registry kernel fn(**inputs, **outputs) computing `op` with a benign perturbation."""
     if op == "moe_router":
-        return _router_split_k
+        return router_split_k(SPLITS)
     return _ulp_jitter(op, seed)
 
 

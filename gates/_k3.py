@@ -236,6 +236,7 @@ class _Series:
                 "max_kl": max(self.kl, default=0.0), "mean_kl": sum(self.kl) / len(self.kl) if self.kl else 0.0,
                 "max_logit_rel_err": max(self.rel, default=0.0), "nonfinite_steps": self.nonfinite,
                 "first_divergence_step": first, "steps_with_flips": sum(f > 0 for f in self.flips),
+                "first_flip_step": next((i + 1 for i, f in enumerate(self.flips) if f > 0), 0),
                 "kl_per_step": [_sig(v) for v in self.kl], "logit_rel_err_per_step": [_sig(v) for v in self.rel],
                 "expert_flips_per_step": list(self.flips)}
 
