@@ -55,7 +55,7 @@ for cid in "${CANDS[@]}"; do
   before=$(ls "$dir/evidence" 2>/dev/null | sort)
   t0=$(date +%s)
   # The whole gate run stays under the 10-minute command limit even if a gate hangs to its deadline.
-  timeout 560 python3 -m harness.cli gate moe_router "$cid" --model-config k3-tp8-rank "${base_args[@]}" --json \
+  timeout ${GATE_TIMEOUT_S:-560} python3 -m harness.cli gate moe_router "$cid" --model-config k3-tp8-rank "${base_args[@]}" --json \
     >"$OUT/$cid/gate_report.json" 2>>"$LOG"
   rc=$?
   echo "== $cid: harness gate exit $rc after $(( $(date +%s) - t0 )) s" >>"$LOG"
