@@ -32,6 +32,8 @@ def print_json(obj: Any) -> None:
 
 
 def console():
+    """A rich console; when stdout is not a terminal (pipes, CI logs) tables get 160
+    columns instead of rich's 80, so they are not folded into unreadable cells."""
     from rich.console import Console
 
-    return Console()
+    return Console() if sys.stdout.isatty() else Console(width=160)
