@@ -61,4 +61,6 @@ def print_table(rep) -> None:
             tgt = "" if f.target is None else f"{f.op} {f.target}"
             t.add_row(s.title if i == 0 else "", f.name, val, tgt, f"[{colour[f.status.value]}]{f.status.value}[/]", f.note)
         t.add_section()
-    Console().print(t)
+    from .output import console
+
+    console().print(t)

@@ -47,7 +47,9 @@ def print_summary(s: dict[str, Any]) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    c = Console()
+    from ..output import console
+
+    c = console()
     c.rule(f"[bold]harness optimize {s['op']}[/bold]  run {s['run_id']}")
     c.print(f"agent {s['agent']}; rounds {s['rounds_finished']}/{s['rounds_planned']}; "
             f"{s['candidates']} candidates ({s['slots_failed']} slots without a kernel); "

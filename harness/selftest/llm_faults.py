@@ -112,4 +112,17 @@ def run_loop_storm(root: Path, canary: str) -> dict[str, Any]:
     finally:
         os.environ.clear()
         os.environ.update(env_before)
+        _quiet_sdk_loggers()
     return out
+
+
+def _quiet_sdk_loggers() -> None:
+    """OPENAI_LOG=debug makes the SDK attach a debug handler to its loggers for the rest of
+    the process; the probe is over, so the report that follows is not buried in HTTP logs."""
+    import logging
+
+    for name in ("openai", "httpx", "httpcore", "anthropic"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.WARNING)
+        for handler in list(logger.handlers):
+            logger.removeHandler(handler)
