@@ -274,10 +274,13 @@ class Optimizer:
                     self._emit(EventKind.GATES, f"gates failed to run: {exc}", candidate=best.id, ran=False,
                                reason=f"{type(exc).__name__}: {exc}"[:500])
         g = self.state.gates or {}
-        if self.cfg.promote and self.state.promoted is None and g.get("passed"):
+        if self.cfg.promote and self.state.promoted is None and not g.get("ran"):
+            self._emit(EventKind.PROMOTED, "promotion refused: gates not run", ok=False, candidate=g.get("candidate"),
+                       reason=f"gates not run: {g.get('reason')}"[:500])
+        elif self.cfg.promote and self.state.promoted is None:
             from .gating import promote
 
-            try:
+            try:                  # harness.promotion re-checks the evidence: it decides, not `passed`
                 self._emit(EventKind.PROMOTED, f"promoted {g['candidate']}", ok=True, **promote(self.cfg.op, g["candidate"]))
             except UserError as exc:
                 self._emit(EventKind.PROMOTED, f"promotion refused: {exc}", ok=False, candidate=g["candidate"],

@@ -1,0 +1,154 @@
+"""The end of `harness optimize` on the real gates: the best GPU-verified candidate goes
+through gating.run_full_gates (gates/suite.py), its evidence record is written, the GATES
+event and summary.json name what did not pass, and --promote refuses.
+
+The CPU cannot verify a candidate on a GPU, so one thing is a test double: the evaluate
+stage's result (VerifiedOnPaperStages). Drafting (scripted LLM server), static checks,
+compiles, scoring, the gates, the evidence write and promotion are the real code, in a
+throwaway git repository (HARNESS_ROOT) holding a copy of the tree."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gates import CPU_GATES, GPU_GATES
+from harness.agent.loop import OptimizeConfig, start
+from harness.agent.records import EvalInfo, StageStatus, Timing
+from harness.agent.runlog import EventKind, RunLog
+from harness.agent.stages import ToolchainStages
+
+from .conftest import fenced, tiny_kernel
+from .llm_server import ScriptedLLM
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+REPO = Path(__file__).resolve().parents[2]
+OP = "moe_router"
+
+
+class VerifiedOnPaperStages(ToolchainStages):
+    """The real static and compile stages; evaluate claims a GPU verification the CPU cannot
+    make (the only double here: no CUDA GPU on this machine)."""
+
+    def __init__(self) -> None:
+        super().__init__(use_gpu=False)
+        self.evaluated: list[str] = []
+
+    def evaluate(self, cand) -> EvalInfo:
+        self.evaluated.append(cand.id)
+        return EvalInfo(StageStatus.OK, "OK", "verified on paper (test double)",
+                        timings=[Timing(batch=1, tp=8, kernel_us=5.0, incumbent_us=10.0)])
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch, compile_cache) -> Path:
+    """A git repo with the gates, harness and references committed, runs/ ignored as in the
+    checkout, and an empty promoted manifest."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    for d in ("gates", "harness", "reference_impls"):
+        shutil.copytree(REPO / d, root / d, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / ".gitignore", root / ".gitignore")
+    (root / "kernels_generated").mkdir()
+    (root / "kernels_generated" / "promoted.json").write_text("[]\n")
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "config", "user.email", "t@example.com")
+    _git(root, "config", "user.name", "test")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "base")
+    monkeypatch.setenv("HARNESS_ROOT", str(root))
+    monkeypatch.setenv("HARNESS_CACHE", str(compile_cache))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-openai-0123456789abcdefghijklmnop")
+    monkeypatch.delenv("HARNESS_GATE_BASE", raising=False)
+    return root
+
+
+def test_verified_candidate_goes_through_real_gates_and_is_not_promoted(project):
+    import harness.agent.gating as gating
+
+    calls: list[tuple[str, str]] = []
+    real_run_full_gates = gating.run_full_gates
+
+    def spy(op: str, cid: str, *a, **kw):          # records the call, runs the real gates
+        calls.append((op, cid))
+        return real_run_full_gates(op, cid, *a, **kw)
+
+    manifest_before = (project / "kernels_generated" / "promoted.json").read_bytes()
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=1, candidates_per_round=1, archs=["sm_90a"],
+                         promote=True, retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1)
+    stages = VerifiedOnPaperStages()
+    mp = pytest.MonkeyPatch()
+    mp.setattr(gating, "run_full_gates", spy)
+    try:
+        with ScriptedLLM([("reply", fenced(tiny_kernel()))]) as srv:
+            cfg.base_url = srv.url + "/v1"
+            opt = start(cfg, run_id="t-gates", stages=stages)
+            st = opt.run()
+    finally:
+        mp.undo()
+
+    # the candidate compiled for real and was "verified": it is the one gated
+    (cid,) = st.records
+    assert st.records[cid].compiled_everywhere and stages.evaluated == [cid]
+    assert calls == [(OP, cid)]
+
+    # the evidence record under the candidate's folder: CPU gates ran, GPU gates NOT_RUN
+    ev_dir = project / "kernels_generated" / OP / cid / "evidence"
+    records = sorted(ev_dir.glob("*.json"))
+    assert len(records) == 1
+    rec = json.loads(records[0].read_text())
+    assert rec["op"] == OP and rec["candidate_id"] == cid
+    rec_verdicts = {g["gate"]: g["verdict"] for g in rec["gates"]}
+    assert set(rec_verdicts) == {g.value for g in CPU_GATES} | {g.value for g in GPU_GATES}
+    for g in CPU_GATES:
+        assert rec_verdicts[g.value] in ("pass", "fail", "error"), (g, rec_verdicts)
+    # the candidate only added its own folder and passes the code policy
+    assert rec_verdicts["isolation"] == "pass" and rec_verdicts["static"] == "pass", rec["gates"]
+    not_run = sorted(g.value for g in GPU_GATES)
+    assert sorted(g for g, v in rec_verdicts.items() if v == "not_run") == not_run
+
+    # the GATES event and summary.json say the same, not passed, NOT_RUN gates named
+    log = RunLog.open(project / "runs", "t-gates")
+    (gev,) = [e for e in log.events if e.kind is EventKind.GATES]
+    assert gev.data["ran"] is True and gev.data["candidate"] == cid and gev.data["passed"] is False
+    assert gev.data["verdicts"] == rec_verdicts
+    assert Path(gev.data["evidence"]).resolve() == records[0].resolve()
+    summary = json.loads((opt.log.folder / "summary.json").read_text())
+    g = summary["gates"]
+    assert g["passed"] is False and g["verdicts"] == rec_verdicts
+    assert sorted(k for k, v in g["verdicts"].items() if v == "not_run") == not_run
+    assert all("CUDA GPU" in g["reasons"][k][0] for k in not_run)   # the real K3 config, not the tiny smoke
+
+    # --promote: refused by harness.promotion, recorded; nothing promoted
+    p = summary["promoted"]
+    assert p is not None and p["ok"] is False and p["candidate"] == cid and "refusing to promote" in p["reason"]
+    assert (project / "kernels_generated" / "promoted.json").read_bytes() == manifest_before
+    assert _git(project, "branch", "--list", "promote/*") == ""
+    assert _git(project, "rev-list", "--count", "--all") == "1"
+
+
+def test_promote_without_a_verified_candidate_is_refused_and_recorded(project):
+    """No double: on the CPU nothing is GPU-verified, the gates do not run, --promote says why."""
+    manifest_before = (project / "kernels_generated" / "promoted.json").read_bytes()
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=1, candidates_per_round=1, archs=["sm_90a"],
+                         promote=True, retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1)
+    with ScriptedLLM([("reply", fenced(tiny_kernel()))]) as srv:
+        cfg.base_url = srv.url + "/v1"
+        opt = start(cfg, run_id="t-nogates", stages=ToolchainStages(use_gpu=False))
+        opt.run()
+    summary = json.loads((opt.log.folder / "summary.json").read_text())
+    assert summary["gates"]["ran"] is False and summary["gates"]["candidate"] is None
+    p = summary["promoted"]
+    assert p["ok"] is False and p["reason"].startswith("gates not run: ") and "GPU" in p["reason"]
+    (cid,) = opt.state.records
+    assert not (project / "kernels_generated" / OP / cid / "evidence").exists()
+    assert (project / "kernels_generated" / "promoted.json").read_bytes() == manifest_before
+    assert _git(project, "branch", "--list", "promote/*") == ""
