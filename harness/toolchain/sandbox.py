@@ -190,6 +190,11 @@ def run_job(job: dict[str, Any], timeout_s: float, env_extra: dict[str, str] | N
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+    # SIGKILL is delivered asynchronously: wait (briefly) until every member of the group
+    # is gone, so a caller never sees a survivor of a job that has returned.
+    settle = time.monotonic() + 2.0
+    while group_alive(pgid) and time.monotonic() < settle:
+        time.sleep(0.01)
     wall_s = time.monotonic() - t0
     for t in (out, err, res):
         t.join(timeout=2.0)            # a grandchild that escaped the group may hold a pipe
