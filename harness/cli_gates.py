@@ -60,7 +60,9 @@ def register(app: typer.Typer) -> None:
              candidate: str = typer.Argument(..., help="Candidate id (or unique prefix, or folder)."),
              only: Optional[str] = typer.Option(None, "--only", help="Comma-separated gates (default: all)."),
              base: Optional[str] = typer.Option(None, "--base", help="Base commit for isolation (default: merge-base with main)."),
-             model_config: str = typer.Option("tiny", "--model-config", help="K3 config for numerics_model (tiny is a CPU smoke)."),
+             model_config: Optional[str] = typer.Option(
+                 None, "--model-config",
+                 help="K3 config for numerics_model and the layer A/B: k3-tp8-rank[:layers] (default on a GPU) or tiny (CPU smoke, the default without a GPU)."),
              write: bool = typer.Option(True, "--write/--no-write", help="Write the evidence record."),
              json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
         """Run the fast-track gates on a candidate and write an evidence record. Without a GPU
@@ -74,6 +76,10 @@ def register(app: typer.Typer) -> None:
         root, cid = _resolve(op, candidate)
         chosen = _parse_only(only)
         config = GateConfig.from_bytes(config_path(root).read_bytes())
+        if model_config is None:
+            from harness.toolchain.evaluate import gpu_available
+
+            model_config = "k3-tp8-rank" if gpu_available() else "tiny"
         ctx = GateContext(op=op, candidate_id=cid, root=root, config=config, base=base, model_config=model_config)
         if json_out:
             results = run_gates(ctx, chosen)
