@@ -10,7 +10,9 @@ from harness.toolchain.compile import compile_candidate
 
 ARCHS = ("sm_90a", "sm_103a")
 # ops whose every global load is a 16-byte vector by construction
-ALL_LOADS_128B = {"moe_router", "situ_and_mul"}
+ALL_LOADS_128B = {"moe_router", "situ_and_mul", "add_rmsnorm", "attn_res"}
+# ops whose kernel is the same at every TP (H = 7168 is replicated; the router is not sharded)
+TP_INDEPENDENT = {"moe_router", "add_rmsnorm", "attn_res"}
 
 
 def _human(op):
@@ -36,7 +38,7 @@ def _cases():
 @pytest.mark.parametrize("op,cid,arch", _cases())
 def test_candidate_compiles_without_spills(op, cid, arch):
     cand = next(c for c in _human(op) if c.id == cid)
-    for tp in cand.scope.tp[:1] if op == "moe_router" else cand.scope.tp:   # the router is TP-independent
+    for tp in cand.scope.tp[:1] if op in TP_INDEPENDENT else cand.scope.tp:
         rep = compile_candidate(cand, arch, tp)
         assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
         assert rep.spill_bytes == 0, rep.kernels
