@@ -18,6 +18,8 @@ def register(app: typer.Typer) -> None:
         quick: bool = typer.Option(False, "--quick", help="Small counts, as the CI tests use."),
         only: Optional[str] = typer.Option(None, "--only", help="Comma-separated sections: faults,durability,cheats,secrets,cli,llm."),
         json_out: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+        gpu_results: Optional[str] = typer.Option(None, "--gpu-results",
+                                                  help="JSON of scripts/gpu/selftest_gpu.py: fills in the GPU rows."),
     ) -> None:
         """Inject faults into the harness and count the outcomes; exit 1 if any figure fails."""
         from .selftest import SECTIONS, run_selftest
@@ -28,14 +30,18 @@ def register(app: typer.Typer) -> None:
         bad = [s for s in sections or [] if s not in SECTIONS]
         if bad:
             raise UserError(f"unknown section(s) {bad} (choose from {', '.join(SECTIONS)})")
+        from .selftest.gpu import load_gpu_results
+
+        gres = load_gpu_results(gpu_results) if gpu_results else None
         if json_out or not sys.stderr.isatty():
-            rep = run_selftest(quick=not report, only=sections)
+            rep = run_selftest(quick=not report, only=sections, gpu_results=gres)
         else:
             from rich.console import Console
 
             con = Console(stderr=True)
             with con.status("selftest") as status:
-                rep = run_selftest(quick=not report, only=sections, note=lambda m: status.update(f"selftest: {m}"))
+                rep = run_selftest(quick=not report, only=sections, gpu_results=gres,
+                                   note=lambda m: status.update(f"selftest: {m}"))
         if json_out:
             print_json(rep.to_json())
         else:

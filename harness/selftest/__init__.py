@@ -46,7 +46,7 @@ def _spread(items: list, n: int) -> list:
     return [items[int(i * step)] for i in range(n)]
 
 
-def section_faults(sz: Sizes, gpu: bool, note: Callable[[str], None]) -> Section:
+def section_faults(sz: Sizes, gpu: bool, note: Callable[[str], None], gpu_results: dict | None = None) -> Section:
     from . import faults as F
 
     s = Section("faults", "1. crashes and hangs")
@@ -74,10 +74,14 @@ def section_faults(sz: Sizes, gpu: bool, note: Callable[[str], None]) -> Section
     s.add("kill latency past deadline p50", _r(F.percentile(kl, 50)), unit="s")
     s.add("kill latency past deadline p99", _r(F.percentile(kl, 99)), 5.0, "<=", unit="s")
     s.add("return latency past deadline p99", _r(F.percentile(rl, 99)), unit="s", note="incl. pipe drain")
-    if not gpu:
+    if gpu_results is not None:
+        from .gpu import add_fault_figures
+
+        add_fault_figures(s, gpu_results.get("faults", []))
+    elif not gpu:
         s.add("GPU faults (launch, illegal address, device loop)", "NOT RUN", not_run=True,
               note="scripts/gpu/selftest_gpu.py")
-    s.details = [o.__dict__ for o in everything]
+    s.details = [o.__dict__ for o in everything] + list((gpu_results or {}).get("faults", []))
     return s
 
 
@@ -106,7 +110,7 @@ def section_durability(sz: Sizes) -> Section:
     return s
 
 
-def section_cheats(sz: Sizes, gpu: bool) -> Section:
+def section_cheats(sz: Sizes, gpu: bool, gpu_results: dict | None = None) -> Section:
     from .cheats import CHEATS, run_cheats
 
     s = Section("cheats", "3. cheats")
@@ -117,7 +121,12 @@ def section_cheats(sz: Sizes, gpu: bool) -> Section:
     s.add("rejected by the static gate (rule named)", sum(r["status"] == "PASS" for r in cpu), len(cpu))
     s.add("GPU-only fixtures that reach their gate", sum(bool(r.get("reaches_gpu_gate")) for r in gpu_rows),
           len(gpu_rows), note="pass static" + (" and compile" if sz.compile_cheats else ""))
-    if gpu:
+    if gpu_results is not None:
+        from .gpu import add_cheat_figures
+
+        add_cheat_figures(s, gpu_results.get("cheats", []))
+        rows = rows + [{**r, "from": "selftest_gpu.py"} for r in gpu_results.get("cheats", [])]
+    elif gpu:
         s.add("rejected by their GPU gate", sum(r["status"] == "PASS" for r in gpu_rows), len(gpu_rows))
     else:
         s.add("rejected by their GPU gate", "NOT RUN", not_run=True, note=f"{len(gpu_rows)} fixtures need a GPU")
@@ -182,7 +191,9 @@ def section_llm() -> Section:
 
 
 def run_selftest(quick: bool = False, only: list[str] | None = None,
-                 note: Callable[[str], None] | None = None) -> SelftestReport:
+                 note: Callable[[str], None] | None = None, gpu_results: dict | None = None) -> SelftestReport:
+    """gpu_results: scripts/gpu/selftest_gpu.py's JSON (gpu.load_gpu_results): its figures
+    replace the GPU rows this machine would report NOT_RUN."""
     from ..toolchain.evaluate import gpu_available
 
     sz = Sizes.quick() if quick else Sizes.full()
@@ -190,8 +201,8 @@ def run_selftest(quick: bool = False, only: list[str] | None = None,
     note = note or (lambda msg: None)
     rep = SelftestReport(quick=quick, gpu=gpu)
     t0 = time.perf_counter()
-    runners = {"faults": lambda: section_faults(sz, gpu, note), "durability": lambda: section_durability(sz),
-               "cheats": lambda: section_cheats(sz, gpu), "secrets": section_secrets,
+    runners = {"faults": lambda: section_faults(sz, gpu, note, gpu_results), "durability": lambda: section_durability(sz),
+               "cheats": lambda: section_cheats(sz, gpu, gpu_results), "secrets": section_secrets,
                "cli": lambda: section_cli(sz), "llm": section_llm}
     for key in only or list(SECTIONS):
         note(f"section {key}")

@@ -109,6 +109,8 @@ def run_gpu_fault(f: GpuFault, root: Path, cache_root: Path, honest) -> dict[str
     row["canary_ok"] = run_canary()
     h = _eval(honest, 300.0, cache_root, check_static=True)
     row.update(honest_verdict=h.verdict.value, honest_message=h.message[:200], cascade_ok=h.verdict is Verdict.OK)
+    good = row["ok"] and row["canary_ok"] and row["cascade_ok"] and not left
+    row["status"] = "PASS" if good else "FAIL"
     return row
 
 

@@ -82,7 +82,7 @@ def table(d: dict) -> str:
     for r in d["faults"]:
         lines.append(f"fault {r['name']:30} {r.get('verdict', '-'):11} expected {r.get('expected', '-'):10} "
                      f"canary={r.get('canary_ok')} honest={r.get('honest_verdict')} left={r.get('workers_left')} "
-                     f"{r.get('error', '')}")
+                     f"{r.get('status')} {r.get('error', '')}")
     for r in d["cheats"]:
         lines.append(f"cheat {r['name']:30} {r.get('verdict', '-'):8} checks={','.join(r.get('checks', []))} "
                      f"want={','.join(r.get('expected_checks', []))} {r.get('status')} {r.get('error', '')}")
