@@ -1,7 +1,7 @@
 """The GPU parts of `harness selftest` on the H200 (issue 9), one command, < 8 minutes:
 
     source scripts/gpu/setup.sh && python3 scripts/gpu/selftest_gpu.py [--only faults,cheats]
-        [--cheat-workers 4] [--budget-s 420]
+        [--cheat-workers 7] [--budget-s 420]
 
 (a) GPU faults through the real eval worker (illegal address -> CUDA_ERROR, device
 infinite loop -> TIMEOUT, RuntimeError inside launch() before / after the kernel -> CRASH),
@@ -92,7 +92,7 @@ def table(d: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="faults,cheats")
-    ap.add_argument("--cheat-workers", type=int, default=4, help="numerics_unit gates at once (separate processes)")
+    ap.add_argument("--cheat-workers", type=int, default=7, help="numerics_unit gates at once (separate processes)")
     ap.add_argument("--cheat-timeout-s", type=float, default=300.0, help="numerics_unit sandbox deadline")
     ap.add_argument("--budget-s", type=float, default=420.0, help="start no new case after this")
     args = ap.parse_args()

@@ -118,3 +118,17 @@ def test_cli_refuses_a_file_that_is_not_gpu_results(tmp_path):
     r = subprocess.run([sys.executable, "-m", "harness.cli", "selftest", "--only", "cli", "--gpu-results", str(bad)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "selftest_gpu.py" in r.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
+def test_one_fault_and_one_cheat_run_their_real_paths_without_gpu(tmp_path):
+    """The whole path the H200 runs (eval worker, canary, honest eval; sandboxed
+    numerics_unit in a pinned root): here every GPU stage says NOT_RUN, never PASS."""
+    honest = G.land_fault("honest", tmp_path, G._honest())
+    row = G.run_gpu_fault(G.GPU_FAULTS[2], tmp_path, tmp_path / "cache", honest)
+    assert row["verdict"] == "NOT_RUN" and not row["gpu_run"] and row["status"] == "FAIL"
+    assert row["workers_left"] == 0 and row["canary_ok"] is False and row["honest_verdict"] == "NOT_RUN"
+    cheat = G.gpu_cheats()[0]
+    crow = G.run_gpu_cheat(cheat, G.cheat_root(tmp_path / "root"), 120.0)
+    assert crow["reaches_gpu_gate"] and crow["verdict"] == "not_run" and not crow["rejected"]
+    assert crow["status"] == "FAIL" and "needs a CUDA GPU" in crow["reasons"][0]
