@@ -132,3 +132,18 @@ def test_one_fault_and_one_cheat_run_their_real_paths_without_gpu(tmp_path):
     crow = G.run_gpu_cheat(cheat, G.cheat_root(tmp_path / "root"), 120.0)
     assert crow["reaches_gpu_gate"] and crow["verdict"] == "not_run" and not crow["rejected"]
     assert crow["status"] == "FAIL" and "needs a CUDA GPU" in crow["reasons"][0]
+
+
+def test_device_loop_survives_compilation_as_a_loop_on_a_global_load(tmp_path):
+    """The PTX keeps a backward branch whose condition is a value re-loaded from global
+    memory each time round (the compare cannot be folded: the sentinel is a bf16 value)."""
+    import re
+
+    from harness.toolchain.sandbox import run_job
+
+    job = {"kind": "compile", "kernel_path": str(G.fixtures_dir() / "device_loop.py"), "arch": "sm_90a", "tp": 8,
+           "static": {}, "options": "--enable-tvm-ffi", "dump_dir": str(tmp_path)}
+    assert run_job(job, 300.0, cwd=tmp_path).verdict is Verdict.OK
+    ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
+    loops = re.findall(r"^(\$L__BB\d+_\d+):\n(.*?)\n\s*@%p\d+ bra\s+\1;", ptx, flags=re.M | re.S)
+    assert loops and all(w in loops[0][1] for w in ("ld.global", "st.global", "setp.")), ptx[-1500:]
