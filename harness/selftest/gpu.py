@@ -1,7 +1,8 @@
 """The GPU parts of `harness selftest` (run on the H200 by scripts/gpu/selftest_gpu.py; the
 CPU machine reports them NOT_RUN, or reads their JSON back with --gpu-results).
 
-(a) GPU faults through the real toolchain worker: each fixture is landed as a silu_and_mul
+(a) GPU faults through the real toolchain worker (illegal address, device trap, device
+infinite loop, RuntimeError in launch() before / after the kernel): each fixture is landed as a silu_and_mul
 candidate and put through `evaluate_candidate` (static checks off: faults reach the worker
 unchecked on purpose, as in faults.py) with its own sandbox deadline. After each fault the
 canary (a fresh process) and the honest candidate (full pipeline, static checks on) must
@@ -55,6 +56,7 @@ LAUNCH_VARIANTS = {
 
 GPU_FAULTS: tuple[GpuFault, ...] = (
     GpuFault("illegal_address", "kernel stores ~2 GiB past its output", Verdict.CUDA_ERROR, 180.0),
+    GpuFault("device_trap", "PTX trap in every writing thread (a failed device assert)", Verdict.CUDA_ERROR, 180.0),
     GpuFault("device_loop", "kernel spins on a global value that never changes", Verdict.TIMEOUT, 60.0),
     GpuFault("launch_raises_before_kernel", "RuntimeError in launch(), no kernel launched", Verdict.CRASH, 180.0),
     GpuFault("launch_raises_after_kernel", "RuntimeError in launch(), kernel in flight", Verdict.CRASH, 180.0),
@@ -103,6 +105,8 @@ def run_gpu_fault(f: GpuFault, root: Path, cache_root: Path, honest) -> dict[str
     row.update(verdict=rep.verdict.value, message=rep.message[:300], gpu_run=rep.gpu_run,
                wall_s=round(time.monotonic() - t0, 2), log_tail=rep.worker_log_tail[-800:])
     row["ok"] = rep.verdict is f.expected
+    if f.expected is Verdict.TIMEOUT:
+        row["past_deadline_s"] = round(rep.wall_s - f.timeout_s, 2)   # incl. the parent's compile before the worker
     time.sleep(0.2)
     left = workers_alive()
     row["workers_left"] = len(left)
@@ -185,7 +189,7 @@ def not_run_row(name: str, why: str) -> dict[str, Any]:
 
 def add_fault_figures(section, faults: list[dict[str, Any]]) -> None:
     ran = [r for r in faults if r.get("verdict")]
-    section.add("GPU faults run (launch, illegal address, device loop)", len(ran), len(GPU_FAULTS), ">=",
+    section.add("GPU faults run (illegal address, trap, device loop, launch)", len(ran), len(GPU_FAULTS), ">=",
                 note="scripts/gpu/selftest_gpu.py")
     section.add("GPU faults classified correctly", sum(bool(r.get("ok")) for r in ran), len(faults),
                 note=", ".join(f"{r['name']}={r.get('verdict', r.get('error', '?'))}" for r in faults)[:300])

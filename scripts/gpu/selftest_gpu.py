@@ -3,8 +3,8 @@
     source scripts/gpu/setup.sh && python3 scripts/gpu/selftest_gpu.py [--only faults,cheats]
         [--cheat-workers 7] [--budget-s 420]
 
-(a) GPU faults through the real eval worker (illegal address -> CUDA_ERROR, device
-infinite loop -> TIMEOUT, RuntimeError inside launch() before / after the kernel -> CRASH),
+(a) GPU faults through the real eval worker (illegal address and device trap -> CUDA_ERROR,
+device infinite loop -> TIMEOUT, RuntimeError inside launch() before / after the kernel -> CRASH),
 each followed by the canary and the honest candidate (0 cascaded failures, 0 workers left);
 (b) the 7 GPU-only cheat fixtures through the real numerics_unit gate (sandboxed), each
 rejected with the failing check named. harness/selftest/gpu.py holds the cases.
