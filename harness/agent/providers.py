@@ -97,8 +97,18 @@ class Provider:
         raise NotImplementedError
 
     def _classify(self, exc: Exception) -> tuple[bool, float | None, str]:
-        """(retryable, retry-after seconds, short description) of an SDK exception."""
-        raise NotImplementedError
+        """(retryable, retry-after seconds, short description) of an SDK exception. The
+        OpenAI and Anthropic SDKs share one exception hierarchy; `self._sdk` is the module."""
+        sdk = self._sdk
+        if isinstance(exc, sdk.APITimeoutError):
+            return True, None, f"request timed out after {self.policy.request_timeout_s:g} s"
+        if isinstance(exc, sdk.APIStatusError):
+            return _status_classify(exc.status_code, exc.response.headers, _short(exc))
+        if isinstance(exc, sdk.APIConnectionError):
+            return True, None, f"connection error: {_short(exc)}"
+        if isinstance(exc, (sdk.APIResponseValidationError, ValueError, KeyError, AttributeError, IndexError, TypeError)):
+            return True, None, f"unreadable response: {_short(exc)}"
+        raise exc
 
     def complete(self, system: str, messages: list[Message], max_tokens: int = 8192) -> Completion:
         t0 = time.monotonic()
@@ -145,16 +155,14 @@ class Provider:
 
     def _abandon(self) -> None:
         """Close the client so the abandoned request's socket is dropped; a new one is made."""
-        client = getattr(self, "_client", None)
-        if client is not None:
-            try:
-                client.close()
-            except Exception:  # closing a client mid-read may raise in the SDK; nothing to keep
-                pass
-            self._client = self._new_client()
+        try:
+            self._client.close()
+        except Exception:  # closing a client mid-read may raise in the SDK; nothing to keep
+            pass
+        self._client = self._new_client()
 
     def _new_client(self):
-        return getattr(self, "_client", None)
+        raise NotImplementedError
 
     def _note(self, attempt: int, outcome: str, detail: str, wait_s: float | None,
               n_in: int = 0, n_out: int = 0, usd: float | None = None) -> None:
@@ -187,11 +195,11 @@ class OpenAIProvider(Provider):
             self.label = "openai-compatible"
         self._compat = base_url is not None
         self._client_args = dict(api_key=key, base_url=base_url, max_retries=0, timeout=policy.request_timeout_s)
-        self._openai = openai
+        self._sdk = openai
         self._client = self._new_client()
 
     def _new_client(self):
-        return self._openai.OpenAI(**self._client_args)
+        return self._sdk.OpenAI(**self._client_args)
 
     def _request(self, system, messages, max_tokens):
         msgs = [{"role": "system", "content": system}] + [{"role": m.role, "content": m.content} for m in messages]
@@ -200,18 +208,6 @@ class OpenAIProvider(Provider):
         text = (resp.choices[0].message.content or "") if resp.choices else ""
         u = resp.usage
         return text, (u.prompt_tokens if u else 0), (u.completion_tokens if u else 0)
-
-    def _classify(self, exc):
-        o = self._openai
-        if isinstance(exc, o.APITimeoutError):
-            return True, None, f"request timed out after {self.policy.request_timeout_s:g} s"
-        if isinstance(exc, o.APIStatusError):
-            return _status_classify(exc.status_code, exc.response.headers, _short(exc))
-        if isinstance(exc, o.APIConnectionError):
-            return True, None, f"connection error: {_short(exc)}"
-        if isinstance(exc, (o.APIResponseValidationError, ValueError, KeyError, AttributeError, IndexError, TypeError)):
-            return True, None, f"unreadable response: {_short(exc)}"
-        raise exc
 
 
 class AnthropicProvider(Provider):
@@ -225,29 +221,17 @@ class AnthropicProvider(Provider):
         if not key:
             raise NotRunnable("--agent anthropic:<model> needs ANTHROPIC_API_KEY in the environment")
         self._client_args = dict(api_key=key, base_url=base_url, max_retries=0, timeout=policy.request_timeout_s)
-        self._anthropic = anthropic
+        self._sdk = anthropic
         self._client = self._new_client()
 
     def _new_client(self):
-        return self._anthropic.Anthropic(**self._client_args)
+        return self._sdk.Anthropic(**self._client_args)
 
     def _request(self, system, messages, max_tokens):
         resp = self._client.messages.create(model=self.model, system=system, max_tokens=max_tokens,
                                             messages=[{"role": m.role, "content": m.content} for m in messages])
         text = "".join(getattr(b, "text", "") for b in resp.content if getattr(b, "type", "") == "text")
         return text, resp.usage.input_tokens, resp.usage.output_tokens
-
-    def _classify(self, exc):
-        a = self._anthropic
-        if isinstance(exc, a.APITimeoutError):
-            return True, None, f"request timed out after {self.policy.request_timeout_s:g} s"
-        if isinstance(exc, a.APIStatusError):
-            return _status_classify(exc.status_code, exc.response.headers, _short(exc))
-        if isinstance(exc, a.APIConnectionError):
-            return True, None, f"connection error: {_short(exc)}"
-        if isinstance(exc, (a.APIResponseValidationError, ValueError, KeyError, AttributeError, IndexError, TypeError)):
-            return True, None, f"unreadable response: {_short(exc)}"
-        raise exc
 
 
 def _short(exc: Exception) -> str:
