@@ -64,14 +64,7 @@ class _CappedReader(threading.Thread):
                 if not chunk:
                     break
                 self.total += len(chunk)
-                if len(self.head) < self.keep:
-                    take = self.keep - len(self.head)
-                    self.head += chunk[:take]
-                    chunk = chunk[take:]
-                if chunk:
-                    self.tail += chunk
-                    if len(self.tail) > self.keep:
-                        del self.tail[: len(self.tail) - self.keep]
+                self._keep(chunk)
         except OSError:
             pass
         finally:
@@ -79,6 +72,16 @@ class _CappedReader(threading.Thread):
                 os.close(self.fd)
             except OSError:
                 pass
+
+    def _keep(self, chunk: bytes) -> None:
+        if len(self.head) < self.keep:
+            take = self.keep - len(self.head)
+            self.head += chunk[:take]
+            chunk = chunk[take:]
+        if chunk:
+            self.tail += chunk
+            if len(self.tail) > self.keep:
+                del self.tail[: len(self.tail) - self.keep]
 
     def text(self) -> str:
         mid = f"\n... [{self.total - len(self.head) - len(self.tail)} bytes cut] ...\n" \
@@ -89,22 +92,9 @@ class _CappedReader(threading.Thread):
 class _WholeReader(_CappedReader):
     """Keeps everything up to max_total bytes (the result channel)."""
 
-    def run(self) -> None:
-        try:
-            while True:
-                chunk = os.read(self.fd, 1 << 16)
-                if not chunk:
-                    break
-                self.total += len(chunk)
-                if self.total <= (self.max_total or RESULT_MAX_BYTES):
-                    self.head += chunk
-        except OSError:
-            pass
-        finally:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
+    def _keep(self, chunk: bytes) -> None:
+        if self.total <= (self.max_total or RESULT_MAX_BYTES):
+            self.head += chunk
 
 
 @dataclass
