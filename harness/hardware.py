@@ -17,7 +17,6 @@ class GpuProfile:
     bf16_dense_flop_per_s: float
     l2_bytes: int
     memory_bytes: int
-    launch_floor_s: float = 2.0e-6   # one graph-replayed kernel's fixed cost, measured order
 
 
 GPUS: dict[str, GpuProfile] = {
