@@ -2,6 +2,7 @@
 
     source .device/cutedsl/setup.sh && PYTHONPATH=$PWD python3 scripts/gpu/bench_kernels.py \
         [--ops moe_router] [--batches 1,2,4,8,16,32,64] [--tps 8,16] [--no-compile-baseline]
+        [--shapes latent_down,kda_in_proj | all] [--state-dtypes fp32,bf16] [--candidates ID_PREFIX,...]
 
 For every op with human candidates (kernels_generated/<op>/*/candidate.json, author "human"):
   1. correctness: each candidate against the reference at every (TP, B), outputs poisoned
@@ -10,6 +11,9 @@ For every op with human candidates (kernels_generated/<op>/*/candidate.json, aut
      torch.compile of the reference and each candidate, CUDA-graph replay, inputs and weights
      rotated past 3 x L2, interleaved A B B A, median of repeats;
   3. the HBM floor = op.min_bytes / bandwidth of a device copy measured in the same run.
+skinny_gemm also times torch's own bf16 `x @ weight.t()` (cuBLAS), the bar its kernels must beat.
+A candidate is only checked and timed at the points of its declared scope (batch range, TP,
+shapes, state dtypes). Points span TP x shape (ops with named shapes) x state dtype x B.
 Prints one table per op (B; eager; torch.compile; ours; floor; % of floor) and writes
 $OUT/bench_kernels.json. A failing candidate or point is recorded and the run goes on.
 Needs no pydantic / gitpython / LLM SDKs.
@@ -43,11 +47,13 @@ def arch_of_device() -> str:
     return {(9, 0): "sm_90a", (10, 0): "sm_100a", (10, 3): "sm_103a"}.get((major, minor), f"sm_{major}{minor}a")
 
 
-def human_candidates(op: str) -> list[dict]:
+def human_candidates(op: str, only: tuple[str, ...] = ()) -> list[dict]:
     base = ROOT / "kernels_generated" / op
     out = []
     for meta in sorted(base.glob("*/candidate.json")) if base.is_dir() else []:
         d = json.loads(meta.read_text())
+        if only and not any(d["id"].startswith(p) for p in only):
+            continue
         if d.get("provenance", {}).get("author") == "human":
             tpl = d["provenance"].get("template") or {}
             d["label"] = f"{tpl.get('family', 'hand')}:{d['id'][:6]}"
@@ -61,6 +67,23 @@ def load_kernel(path: str):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def point_label(defn, point: Point) -> str:
+    return point.label() + (f" state={point.state_dtype}" if len(defn.state_dtypes) > 1 else "")
+
+
+def in_scope(cand: dict, point: Point) -> bool:
+    """Whether `point` lies inside the candidate's declared scope (candidate.json "scope")."""
+    sc = cand.get("scope", {})
+    lo, hi = sc.get("batch", [1, 1 << 30])
+    return (lo <= point.batch <= hi and point.tp in sc.get("tp", [point.tp])
+            and (not sc.get("shapes") or (point.shape or "") in sc["shapes"])
+            and (not sc.get("state_dtypes") or not point.state_dtype or point.state_dtype in sc["state_dtypes"]))
+
+
+# torch's own fast path for an op, timed next to the reference (the bar some kernels must beat)
+BASELINES = {"skinny_gemm": ("cublas", lambda x, weight: x @ weight.t())}
 
 
 def static_for(defn, point: Point) -> dict:
@@ -110,10 +133,26 @@ def rotated_sets(defn, point: Point) -> tuple[list[dict], list[dict]]:
     return sets, outs
 
 
-def bench_op(op: str, batches: list[int], tps: list[int], arch: str, bw: float, use_compile: bool,
-             rounds: int) -> dict:
+def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state_dtypes: list[str]) -> list[Point]:
+    """TP x shape x state dtype x B; shapes only for ops with named shapes, state dtypes only where
+    the op has more than one."""
+    names = list(defn.extra.get("shape_names", ()))
+    shp = ([s for s in names] if shapes == ["all"] else [s for s in shapes if s in names]) if names else [""]
+    unknown = [s for s in shapes if names and s not in names and s != "all"]
+    if unknown:
+        raise SystemExit(f"{defn.name}: unknown shape(s) {unknown} (known: {', '.join(names)})")
+    if names and not shp:
+        shp = [defn.extra.get("default_shape", names[0])]
+    sts = [s for s in state_dtypes if s in defn.state_dtypes] if len(defn.state_dtypes) > 1 else [""]
+    return [Point(batch=b, tp=tp, shape=sh, state_dtype=st) if st else Point(batch=b, tp=tp, shape=sh)
+            for tp in tps for sh in shp for st in (sts or [defn.state_dtypes[0]]) for b in batches]
+
+
+def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bool,
+             rounds: int, only: tuple[str, ...] = ()) -> dict:
     defn = reference_impls.get(op)
-    cands = human_candidates(op)
+    cands = human_candidates(op, only)
+    by_label = {c["label"]: c for c in cands}
     rec: dict = {"op": op, "candidates": {}, "rows": []}
     loaded: dict[str, tuple] = {}
     for c in cands:
@@ -126,59 +165,64 @@ def bench_op(op: str, batches: list[int], tps: list[int], arch: str, bw: float, 
             info["error"] = err_text(exc)
     compiled_ref = torch.compile(defn.reference) if use_compile else None
     timed_by_shape: dict[str, dict] = {}
-    for tp in tps:
-        for b in batches:
-            point = Point(batch=b, tp=tp)
-            row: dict = {"tp": tp, "batch": b, "min_bytes": defn.min_bytes(point)}
-            row["floor_us"] = row["min_bytes"] / bw * 1e6
-            impls: dict = {}
-            sets, outs = rotated_sets(defn, point)
-            impls["eager"] = lambda i, s=sets: defn.reference(**s[i])
-            if compiled_ref is not None:
-                impls["compile"] = lambda i, s=sets: compiled_ref(**s[i])
-            for label, (mod, cache) in loaded.items():
-                info = rec["candidates"][label]
-                st = static_for(defn, point)
-                key = json.dumps([tp, st], sort_keys=True)
+    baseline = BASELINES.get(op)
+    for point in points:
+        tp, b = point.tp, point.batch
+        row: dict = {"tp": tp, "batch": b, "shape": point.shape, "state_dtype": point.state_dtype,
+                     "min_bytes": defn.min_bytes(point)}
+        row["floor_us"] = row["min_bytes"] / bw * 1e6
+        impls: dict = {}
+        sets, outs = rotated_sets(defn, point)
+        impls["eager"] = lambda i, s=sets: defn.reference(**s[i])
+        if compiled_ref is not None:
+            impls["compile"] = lambda i, s=sets: compiled_ref(**s[i])
+        if baseline is not None:
+            impls[baseline[0]] = lambda i, s=sets, f=baseline[1]: f(**s[i])
+        for label, (mod, cache) in loaded.items():
+            info = rec["candidates"][label]
+            if not in_scope(by_label[label], point):
+                continue
+            st = static_for(defn, point)
+            key = json.dumps([tp, st], sort_keys=True)
+            try:
+                if key not in cache:
+                    t0 = time.perf_counter()
+                    cache[key] = mod.compile(tp, "--enable-tvm-ffi", **st)
+                    info["compile"][key] = round(time.perf_counter() - t0, 2)
+                chk = check_point(defn, mod, cache[key], point)
+            except Exception as exc:  # noqa: BLE001
+                chk = {"ok": False, "summary": err_text(exc)}
+            info["check"][point_label(defn, point)] = chk
+            if chk["ok"]:
+                impls[label] = (lambda i, m=mod, cp=cache[key], s=sets, o=outs:
+                                m.launch(cp, **kernel_tensors(defn, s[i], o[i])))
+        shape_key = json.dumps([defn.shapes(point), point.state_dtype], sort_keys=True)
+        if shape_key in timed_by_shape:                 # e.g. the router is the same at TP8/TP16
+            row["times"] = timed_by_shape[shape_key]
+        else:
+            times: dict = {}
+            for name, fn in impls.items():          # warm each alone (torch.compile traces here)
                 try:
-                    if key not in cache:
-                        t0 = time.perf_counter()
-                        cache[key] = mod.compile(tp, "--enable-tvm-ffi", **st)
-                        info["compile"][key] = round(time.perf_counter() - t0, 2)
-                    chk = check_point(defn, mod, cache[key], point)
+                    fn(0)
+                    torch.cuda.synchronize()
                 except Exception as exc:  # noqa: BLE001
-                    chk = {"ok": False, "summary": err_text(exc)}
-                info["check"][point.label()] = chk
-                if chk["ok"]:
-                    impls[label] = (lambda i, m=mod, cp=cache[key], s=sets, o=outs:
-                                    m.launch(cp, **kernel_tensors(defn, s[i], o[i])))
-            shape_key = json.dumps(defn.shapes(point), sort_keys=True)
-            if shape_key in timed_by_shape:                 # e.g. the router is the same at TP8/TP16
-                row["times"] = timed_by_shape[shape_key]
-            else:
-                times: dict = {}
-                for name, fn in impls.items():          # warm each alone (torch.compile traces here)
+                    times[name] = {"error": err_text(exc)}
+            good = {n: f for n, f in impls.items() if n not in times}
+            try:
+                stats = timing.time_interleaved(good, len(sets), calls_per_graph=50, rounds=rounds)
+                times.update({n: s.as_dict() for n, s in stats.items()})
+            except Exception as exc:  # noqa: BLE001 - fall back to one graph per impl
+                for n, f in good.items():
                     try:
-                        fn(0)
-                        torch.cuda.synchronize()
-                    except Exception as exc:  # noqa: BLE001
-                        times[name] = {"error": err_text(exc)}
-                good = {n: f for n, f in impls.items() if n not in times}
-                try:
-                    stats = timing.time_interleaved(good, len(sets), calls_per_graph=50, rounds=rounds)
-                    times.update({n: s.as_dict() for n, s in stats.items()})
-                except Exception as exc:  # noqa: BLE001 - fall back to one graph per impl
-                    for n, f in good.items():
-                        try:
-                            times[n] = timing.time_interleaved({n: f}, len(sets), 50, rounds).get(n).as_dict()
-                        except Exception as exc2:  # noqa: BLE001
-                            times[n] = {"error": err_text(exc2)}
-                    times["_interleave_error"] = err_text(exc)
-                timed_by_shape[shape_key] = times
-                row["times"] = times
-            rec["rows"].append(row)
-            del sets, outs
-            torch.cuda.empty_cache()
+                        times[n] = timing.time_interleaved({n: f}, len(sets), 50, rounds).get(n).as_dict()
+                    except Exception as exc2:  # noqa: BLE001
+                        times[n] = {"error": err_text(exc2)}
+                times["_interleave_error"] = err_text(exc)
+            timed_by_shape[shape_key] = times
+            row["times"] = times
+        rec["rows"].append(row)
+        del sets, outs
+        torch.cuda.empty_cache()
     return rec
 
 
@@ -189,8 +233,11 @@ def med(times: dict, name: str) -> float | None:
 
 def print_table(rec: dict) -> None:
     labels = list(rec["candidates"])
+    base = BASELINES.get(rec["op"], (None,))[0]
     print(f"\n== {rec['op']} ==  (us, CUDA-graph replay, median; floor = min_bytes / measured copy bandwidth)")
-    hdr = ["TP", "B", "eager", "compile"] + labels + ["floor", "best %floor", "best vs compile"]
+    extra = [h for h, key in (("shape", "shape"), ("state", "state_dtype")) if any(r.get(key) for r in rec["rows"])]
+    hdr = (["TP"] + extra + ["B", "eager", "compile"] + ([base] if base else []) + labels
+           + ["floor", "best %floor", "best vs compile"] + ([f"best vs {base}"] if base else []))
     print(" | ".join(f"{h:>14}" for h in hdr))
     for row in rec["rows"]:
         t = row["times"]
@@ -198,8 +245,11 @@ def print_table(rec: dict) -> None:
         ok = [o for o in ours if o is not None]
         best = min(ok) if ok else None
         comp = med(t, "compile")
-        cells = [row["tp"], row["batch"], med(t, "eager"), comp] + ours + [row["floor_us"],
-                 (100 * row["floor_us"] / best) if best else None, (comp / best) if best and comp else None]
+        bl = med(t, base) if base else None
+        cells = ([row["tp"]] + [row.get("shape" if h == "shape" else "state_dtype") for h in extra]
+                 + [row["batch"], med(t, "eager"), comp] + ([bl] if base else []) + ours
+                 + [row["floor_us"], (100 * row["floor_us"] / best) if best else None,
+                    (comp / best) if best and comp else None] + ([(bl / best) if best and bl else None] if base else []))
         print(" | ".join(f"{c:>14.2f}" if isinstance(c, float) else f"{str(c if c is not None else '-'):>14}"
                          for c in cells))
     for lb, info in rec["candidates"].items():
@@ -217,7 +267,12 @@ def main() -> None:
     ap.add_argument("--tps", default="8,16")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--no-compile-baseline", action="store_true")
+    ap.add_argument("--shapes", default="", help="named shapes of ops that have them (comma list or 'all'); "
+                                                 "default: the op's default shape")
+    ap.add_argument("--state-dtypes", default="fp32,bf16", help="state dtypes of ops with several")
+    ap.add_argument("--candidates", default="", help="only candidates whose id starts with one of these")
     args = ap.parse_args()
+    only = tuple(c for c in args.candidates.split(",") if c)
     arch = arch_of_device()
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import torch._dynamo
@@ -229,13 +284,15 @@ def main() -> None:
               "bandwidth_bytes_per_s": bw, "ops": {}}
     print(f"device {result['device']} ({arch}), copy bandwidth {bw / 1e12:.2f} TB/s")
     for op in [o for o in args.ops.split(",") if o]:
-        if not human_candidates(op):
+        if not human_candidates(op, only):
             print(f"\n== {op} ==  no human candidates: skipped")
             continue
         t0 = time.perf_counter()
         try:
-            rec = bench_op(op, [int(b) for b in args.batches.split(",")], [int(t) for t in args.tps.split(",")],
-                           arch, bw, not args.no_compile_baseline, args.rounds)
+            defn = reference_impls.get(op)
+            points = op_points(defn, [int(b) for b in args.batches.split(",")], [int(t) for t in args.tps.split(",")],
+                               [s for s in args.shapes.split(",") if s], [s for s in args.state_dtypes.split(",") if s])
+            rec = bench_op(op, points, arch, bw, not args.no_compile_baseline, args.rounds, only)
         except Exception as exc:  # noqa: BLE001
             rec = {"op": op, "error": err_text(exc), "candidates": {}, "rows": []}
             print(f"\n== {op} ==  FAILED: {rec['error']}")

@@ -1,0 +1,46 @@
+"""scripts/gpu/bench_kernels.py point enumeration and scope filter (the CPU-checkable part)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+import reference_impls
+from harness.opdef import Point
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_kernels", ROOT / "scripts/gpu/bench_kernels.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_points_span_shapes_and_state_dtypes(bench):
+    gemm = reference_impls.get("skinny_gemm")
+    pts = bench.op_points(gemm, [1, 8], [8, 16], ["latent_down", "kda_in_proj"], ["fp32"])
+    assert {(p.tp, p.shape, p.batch) for p in pts} == {(tp, s, b) for tp in (8, 16)
+                                                        for s in ("latent_down", "kda_in_proj") for b in (1, 8)}
+    assert len(bench.op_points(gemm, [1], [8], ["all"], [])) == len(gemm.extra["shape_names"])
+    with pytest.raises(SystemExit, match="unknown shape"):
+        bench.op_points(gemm, [1], [8], ["nope"], [])
+    kda = reference_impls.get("kda_decode")
+    pts = bench.op_points(kda, [4], [8], [], ["fp32", "bf16"])
+    assert sorted(p.state_dtype for p in pts) == ["bf16", "fp32"] and all(p.shape == "" for p in pts)
+    # ops with one state dtype and no shapes: just TP x B
+    assert len(bench.op_points(reference_impls.get("add_rmsnorm"), [1, 2], [8], ["latent_down"], ["bf16"])) == 2
+
+
+def test_scope_filter(bench):
+    cand = {"scope": {"tp": [8], "batch": [1, 8], "shapes": ["latent_down"], "state_dtypes": []}}
+    assert bench.in_scope(cand, Point(batch=8, tp=8, shape="latent_down"))
+    assert not bench.in_scope(cand, Point(batch=9, tp=8, shape="latent_down"))
+    assert not bench.in_scope(cand, Point(batch=1, tp=16, shape="latent_down"))
+    assert not bench.in_scope(cand, Point(batch=1, tp=8, shape="kda_in_proj"))
+    kda = {"scope": {"tp": [8, 16], "batch": [1, 64], "state_dtypes": ["fp32"]}}
+    assert bench.in_scope(kda, Point(batch=64, tp=16, state_dtype="fp32"))
+    assert not bench.in_scope(kda, Point(batch=64, tp=16, state_dtype="bf16"))
