@@ -152,3 +152,41 @@ def test_promote_without_a_verified_candidate_is_refused_and_recorded(project):
     assert not (project / "kernels_generated" / OP / cid / "evidence").exists()
     assert (project / "kernels_generated" / "promoted.json").read_bytes() == manifest_before
     assert _git(project, "branch", "--list", "promote/*") == ""
+
+
+def _candidate_folder(root: Path, cid: str) -> None:
+    d = root / "kernels_generated" / OP / cid
+    d.mkdir(parents=True)
+    (d / "kernel.py").write_text(f"# candidate {cid}\n")
+    (d / "candidate.json").write_text(json.dumps({"op": OP, "id": cid}))
+
+
+def test_isolation_judges_the_pr_shaped_change(project):
+    """The loop leaves sibling candidate folders and the user may have uncommitted work: the
+    promotion would bring neither, so isolation_as_pr passes where the plain working-tree gate
+    fails; a committed change to a frozen path on the branch still fails it."""
+    from gates import GateContext, GateName
+    from gates.config import config_path, load_config
+    from gates.suite import run_gates
+    from harness.agent.gating import isolation_as_pr
+
+    _candidate_folder(project, "aaaaaaaaaaaa")
+    _candidate_folder(project, "bbbbbbbbbbbb")                       # a sibling from the same run
+    (project / "reference_impls" / "moe_router.py").write_text("# uncommitted edit\n", encoding="utf-8")
+    ctx = GateContext(op=OP, candidate_id="aaaaaaaaaaaa", root=project, config=load_config(config_path(project)))
+
+    (plain,) = run_gates(ctx, only=[GateName.ISOLATION])
+    assert plain.verdict.value == "fail"
+    assert any("bbbbbbbbbbbb" in r for r in plain.reasons) and any("reference_impls" in r for r in plain.reasons)
+
+    pr = isolation_as_pr(ctx)
+    assert pr.verdict.value == "pass", pr.reasons
+    assert pr.numbers["pr_shaped"]["adds_only"] == f"kernels_generated/{OP}/aaaaaaaaaaaa"
+    assert pr.numbers["changed_paths"] == 2                             # kernel.py, candidate.json
+    assert _git(project, "worktree", "list").count("\n") == 0           # the throwaway tree is gone
+
+    # the branch itself commits a frozen-path change: the PR-shaped change still carries it
+    _git(project, "checkout", "-q", "-b", "feature")
+    _git(project, "commit", "-q", "-am", "edit the reference")
+    pr = isolation_as_pr(ctx)
+    assert pr.verdict.value == "fail" and any("reference_impls/moe_router.py" in r for r in pr.reasons), pr.reasons
