@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `harness optimize --op <op> --promote` end to end on the lent H200 (issue 6):
+#
+#   bash scripts/gpu/optimize_promote.sh [OP] [TIME_LIMIT_S]      (default moe_router, 300)
+#   run carry: [".device", ".whl"]
+#
+# The device copy of the checkout has a .git without commits, so the script first commits
+# the tree as it arrived (branch main, one snapshot commit): isolation then has a base and
+# `--promote` a HEAD to branch from. Writes into $OUT:
+#   optimize.json       the run summary (`--json`): rounds, candidates, speedups, gates, promotion
+#   optimize.log        the progress lines
+#   run/                runs/<id>/ (events.jsonl, summary.json, ...)
+#   candidates/<id>/    the folder of every candidate of the run (kernel.py, candidate.json, evidence/)
+#   promote.patch       the promotion commit (git format-patch main..promote/<op>/<id>), if any
+set -uo pipefail
+OP=${1:-moe_router}
+LIMIT=${2:-300}
+source scripts/gpu/setup.sh
+OUT=${OUT:-/tmp/optimize_out}
+mkdir -p "$OUT"
+export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
+id="-c user.name=harness-device -c user.email=device@localhost"
+if ! git rev-parse --verify -q HEAD >/dev/null; then
+  git checkout -q -B main && git add -A && git $id commit -qm "device snapshot of the checkout" || exit 1
+fi
+echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader) HEAD $(git rev-parse --short HEAD)" >"$OUT/optimize.log"
+before=$(ls "kernels_generated/$OP")
+t0=$(date +%s)
+GIT_AUTHOR_NAME=harness-device GIT_AUTHOR_EMAIL=device@localhost GIT_COMMITTER_NAME=harness-device \
+GIT_COMMITTER_EMAIL=device@localhost \
+  python3 -m harness.cli optimize --op "$OP" --promote --time-limit "$LIMIT" --json >"$OUT/optimize.json" 2>>"$OUT/optimize.log"
+echo "== optimize exit $? after $(( $(date +%s) - t0 )) s" >>"$OUT/optimize.log"
+run=$(ls -td runs/*/ 2>/dev/null | head -1)
+[ -n "$run" ] && cp -r "$run" "$OUT/run"
+mkdir -p "$OUT/candidates"
+for c in $(ls "kernels_generated/$OP"); do
+  if ! echo "$before" | grep -qx "$c" || [ -d "kernels_generated/$OP/$c/evidence" ]; then
+    [ -d "kernels_generated/$OP/$c" ] && cp -r "kernels_generated/$OP/$c" "$OUT/candidates/$c"
+  fi
+done
+for b in $(git branch --list "promote/$OP/*" --format='%(refname:short)'); do
+  git format-patch -q --stdout "main..$b" >"$OUT/promote.patch"
+  echo "== promotion branch $b: $(git log -1 --format='%h %s' "$b")" >>"$OUT/optimize.log"
+done
+tail -40 "$OUT/optimize.log"
