@@ -1,0 +1,117 @@
+"""The skinny_gemm swapab family's partition and reduction order, emulated in PyTorch on the CPU.
+
+Uses each human point's rendered module: its own `plan` / `slice_blocks` / `owner_rank` /
+`out_pos` (the functions the kernel traces), for every shape at TP8 and TP16, so a dropped
+or doubled K block or output row at a ragged edge (N = 6288, 3216; K = 2112, 128) fails here."""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import torch
+
+import reference_impls
+from harness.compare import compare
+from harness.opdef import Point
+from reference_impls.skinny_gemm import SHAPE_NAMES, gemm_kn
+
+from conftest import ROOT, load_module
+
+FAMILY = ROOT / "prompts/kernels/skinny_gemm/swapab.py.j2"
+
+
+def _points() -> list[dict]:
+    pts = json.loads((ROOT / "prompts/kernels/human_candidates.json").read_text())["candidates"]
+    return [p for p in pts if p["op"] == "skinny_gemm" and p["family"] == "swapab"]
+
+
+@lru_cache(maxsize=None)
+def _module(params_json: str):
+    import tempfile
+
+    from harness.agent.families import load_family
+
+    fam = load_family(FAMILY, "skinny_gemm")
+    d = Path(tempfile.mkdtemp(prefix="skinny-family-"))
+    (d / "kernel.py").write_text(fam.render(json.loads(params_json)))
+    return load_module(d / "kernel.py", f"skinny_family_{abs(hash(params_json))}")
+
+
+def _modules():
+    pts = _points() or [None]
+    return [pytest.param(json.dumps(p["params"], sort_keys=True) if p else None, id=p["label"] if p else "default")
+            for p in pts]
+
+
+def _mod(params_json):
+    if params_json is None:
+        from harness.agent.families import load_family
+
+        params_json = json.dumps(load_family(FAMILY, "skinny_gemm").start(), sort_keys=True)
+    return _module(params_json)
+
+
+def _each_shape():
+    return [(s, tp) for tp in (8, 16) for s in SHAPE_NAMES]
+
+
+@pytest.mark.parametrize("params_json", _modules())
+def test_every_k_block_once_and_every_output_once(params_json):
+    m = _mod(params_json)
+    for shape, tp in _each_shape():
+        k, n = gemm_kn(shape, tp)
+        p = m.plan(k, n)
+        assert 1 <= p.ck <= 8 and p.n_blocks * m.ROWS >= n
+        for unroll in (m.UNROLL, m.UNROLL_LARGE):
+            seen = torch.zeros(p.kbt, dtype=torch.int32)
+            for rank in range(p.ck):
+                for warp in range(m.WARPS):
+                    for b in m.slice_blocks(p, rank, warp, unroll):
+                        seen[b] += 1
+            assert bool((seen == 1).all()), (shape, tp, unroll)
+        # one 8-token tile of one CTA: every (row, token) of the tile stored by exactly one thread
+        hits = torch.zeros(m.ROWS, 8, dtype=torch.int32)
+        for idx in range(m.FRAG):
+            assert 0 <= m.owner_rank(p, idx) < p.ck
+            for ln in range(32):
+                dr, dt = m.out_pos(idx, ln)
+                hits[dr, dt] += 1
+        assert bool((hits == 1).all())
+
+
+def emulate(m, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """The kernel's sums: per (rank, warp) slice an fp32 partial over its K blocks in order
+    (lane k permutation 8t + 4s + q covers each 32-block once), then the owner's sum over
+    (rank, warp) in order, one bf16 rounding; rows/tokens past the edges are dropped."""
+    B, K = x.shape
+    N = w.shape[0]
+    p = m.plan(K, N)
+    xf, wf = x.float(), w.float()
+    perm = torch.tensor([8 * t + 4 * s + q for t in range(4) for s in range(2) for q in range(4)])
+    assert sorted(perm.tolist()) == list(range(32))
+    unroll = m.UNROLL if B <= m.SMALL_M else m.UNROLL_LARGE
+    wpad = torch.cat([wf, wf[-1:].expand(p.n_blocks * m.ROWS - N, K)])  # rows past N read row N-1
+    total = torch.zeros(B, p.n_blocks * m.ROWS)
+    for rank in range(p.ck):
+        for warp in range(m.WARPS):
+            blocks = m.slice_blocks(p, rank, warp, unroll)
+            if blocks:
+                cols = (torch.tensor(blocks)[:, None] * 32 + perm).flatten()
+                total += xf[:, cols] @ wpad[:, cols].t()
+    return total[:, :N].to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("params_json", _modules())
+@pytest.mark.parametrize("shape,tp,batch", [("kda_in_proj", 8, 3), ("kda_in_proj", 16, 9), ("dense_down", 16, 1),
+                                            ("kda_f_b", 16, 64), ("mla_g_proj", 16, 5), ("mla_q_b", 16, 2)])
+def test_emulation_matches_reference(params_json, shape, tp, batch):
+    m = _mod(params_json)
+    defn = reference_impls.get("skinny_gemm")
+    pt = Point(tp=tp, batch=batch, shape=shape)
+    inputs = defn.make_inputs(pt, torch.Generator().manual_seed(batch), "cpu")
+    ref = defn.run_reference(inputs)
+    got = {"out": emulate(m, inputs["x"], inputs["weight"])}
+    res = compare(defn, got, ref)
+    assert res.ok, res.summary()
