@@ -3,10 +3,13 @@ sandboxed compile and cache), with no local-memory spills and only 128-bit globa
 where the kernel streams data."""
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
+import reference_impls
 from harness.toolchain.candidate import list_candidates
-from harness.toolchain.compile import compile_candidate
+from harness.toolchain.compile import compile_candidate, static_keys
 
 ARCHS = ("sm_90a", "sm_103a")
 # ops whose every global load is a 16-byte vector by construction
@@ -38,8 +41,10 @@ def _cases():
 @pytest.mark.parametrize("op,cid,arch", _cases())
 def test_candidate_compiles_without_spills(op, cid, arch):
     cand = next(c for c in _human(op) if c.id == cid)
-    for tp in cand.scope.tp[:1] if op in TP_INDEPENDENT else cand.scope.tp:
-        rep = compile_candidate(cand, arch, tp)
+    defn = reference_impls.get(op)
+    for tp, static in itertools.product(cand.scope.tp[:1] if op in TP_INDEPENDENT else cand.scope.tp,
+                                        static_keys(defn, cand)):     # e.g. both state dtypes of kda_decode
+        rep = compile_candidate(cand, arch, tp, static)
         assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
         assert rep.spill_bytes == 0, rep.kernels
         assert rep.kernels, "ptxas reported no kernels"
