@@ -4,7 +4,10 @@ Per point: >= sets_per_shape fresh random input sets (seeds drawn at run time fr
 recorded) plus adversarial sets (ties for top-k, large magnitudes, all-equal rows); outputs
 pre-filled with NaN (poison) so an unwritten element fails; NaN/Inf fails; inputs compared
 bitwise before/after (no mutation); a second run must be bitwise identical. Tolerances: the
-definition's, capped by the frozen per-dtype ceilings in gate_config.toml.
+definition's, capped by the frozen per-dtype ceilings in gate_config.toml. A candidate whose
+compile or launch raises at a point in scope fails (the exception is the reason, the points
+after it are not tried: a CUDA fault leaves the context unusable); ERROR stays reserved for
+the harness itself failing.
 """
 from __future__ import annotations
 
@@ -36,7 +39,9 @@ def decide(samples: list[dict[str, Any]], required: list[str], sets_per_shape: i
             reasons.append(f"{pt}: adversarial sets not run: {', '.join(missing)}")
     for s in samples:
         tag = f"{s['point']} {s.get('kind')} seed={s.get('seed')}"
-        if not s.get("ok"):
+        if s.get("raised"):
+            reasons.append(f"{tag}: raised: {s['raised']}")
+        elif not s.get("ok"):
             reasons.append(f"{tag}: wrong: {s.get('summary', '')}")
         if s.get("mutated"):
             reasons.append(f"{tag}: inputs mutated: {', '.join(s['mutated'])}")
@@ -144,17 +149,23 @@ def run(ctx: GateContext) -> GateResult:
         if len(defn.state_dtypes) > 1:
             static["state_dtype"] = pt.state_dtype
         fkey = (pt.tp, tuple(sorted(static.items())))
-        if fkey not in fns:
-            fns[fkey] = load_compiled(cand.path, arch, pt.tp, **static)
-        fn = fns[fkey]
-        for i in range(n_sets + len(ADVERSARIAL)):
-            seed = secrets.randbits(63)
-            kind = "random" if i < n_sets else ADVERSARIAL[i - n_sets]
-            inputs = defn.make_inputs(pt, torch.Generator().manual_seed(seed), "cuda")
-            if kind != "random":
-                inputs = adversarial(defn, inputs, kind, ctx.config)
-            res = check_one(defn, fn, pt, inputs, tolerances)
-            samples.append({"point": key(pt), "kind": kind, "seed": seed, **res})
+        seed, kind = 0, "compile"
+        try:
+            if fkey not in fns:
+                fns[fkey] = load_compiled(cand.path, arch, pt.tp, **static)
+            fn = fns[fkey]
+            for i in range(n_sets + len(ADVERSARIAL)):
+                seed = secrets.randbits(63)
+                kind = "random" if i < n_sets else ADVERSARIAL[i - n_sets]
+                inputs = defn.make_inputs(pt, torch.Generator().manual_seed(seed), "cuda")
+                if kind != "random":
+                    inputs = adversarial(defn, inputs, kind, ctx.config)
+                res = check_one(defn, fn, pt, inputs, tolerances)
+                samples.append({"point": key(pt), "kind": kind, "seed": seed, **res})
+        except Exception as exc:  # noqa: BLE001 - the candidate's exception is its verdict
+            samples.append({"point": key(pt), "kind": kind, "seed": seed, "ok": False, "mutated": [],
+                            "deterministic": True, "raised": f"{type(exc).__name__}: {str(exc)[:300]}"})
+            break
     required = [key(p) for p in points]
     verdict, reasons = decide(samples, required, n_sets)
     numbers = {"arch": arch, "points": required, "sets_per_shape": n_sets, "samples": samples,

@@ -54,12 +54,6 @@ class CheckKind(str, enum.Enum):
     TOPK_IDS = "topk_ids"       # id sets equal per row, up to ties in the selection key
 
 
-class Bound(str, enum.Enum):
-    MEMORY = "memory"
-    COMPUTE = "compute"
-    LAUNCH = "launch"
-
-
 @dataclass(frozen=True)
 class Point:
     """One point of the sweep: what a kernel is compiled and measured for."""

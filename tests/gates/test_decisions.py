@@ -25,6 +25,20 @@ def test_unit_pass_and_each_failure():
     assert numerics_unit.decide(no_ties, PTS, 10)[0] is Verdict.FAIL
 
 
+def test_unit_candidate_exception_is_a_named_failure():
+    """A launch that raises at a point in scope fails the gate with the exception as the
+    reason (not the gate ERROR the harness keeps for its own failures); the points after it
+    were not tried, and they are named as missing too."""
+    samples = [s for s in _samples() if s["point"] == PTS[0]]
+    samples.append({"point": PTS[1], "kind": "random", "seed": 7, "ok": False, "mutated": [], "deterministic": True,
+                    "raised": "ValueError: Mismatched mX.shape[1]"})
+    verdict, reasons = numerics_unit.decide(samples, PTS, 10)
+    assert verdict is Verdict.FAIL
+    assert any(r.endswith("raised: ValueError: Mismatched mX.shape[1]") and r.startswith(PTS[1]) for r in reasons)
+    assert not any(": wrong:" in r for r in reasons)
+    assert any("distinct random input sets" in r and r.startswith(PTS[1]) for r in reasons)
+
+
 def _perf(cand_us=10.0, floor_us=4.0, noise=0.01):
     return [{"point": p, "incumbent_us": 20.0, "candidate_us": cand_us, "noise_rel": noise, "floor_us": floor_us} for p in PTS]
 
