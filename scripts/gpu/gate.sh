@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Every fast-track gate on moe_router candidate(s), on the lent H200 (~5-6 min per candidate).
+# Every fast-track gate on candidate(s) of one op, on the lent H200 (~5-6 min per candidate).
 #
-#   bash scripts/gpu/gate_moe_router.sh [CANDIDATE_ID ...]     (default: 9d6bff9723cc)
-#   run carry: [".device", ".whl"]
+#   source scripts/gpu/at_head.sh && bash scripts/gpu/gate.sh OP CANDIDATE_ID [CANDIDATE_ID ...]
+#   run carry: [".device", ".whl", ".snap"]       (at_head.sh: the committed HEAD, with git history)
 #
-# Before running: commit the candidate (kernels_generated/moe_router/<id>/) as its own commit
-# and leave nothing else uncommitted. The isolation gate diffs the working tree against the
-# parent of the commit that added the candidate's kernel.py: any other changed or untracked
-# file (someone's work in progress included) fails it, as it should.
+# Each candidate committed on HEAD is gated as the pull request that brings it (GATE_AS_PR=1,
+# the default): on a throwaway branch, a base commit without its folder, then a commit adding
+# exactly that folder; isolation diffs against that base, so any other change fails it.
 #
 # Writes the evidence record into the candidate folder (commit it afterwards: copy it from
-# $OUT/<id>/ into kernels_generated/moe_router/<id>/evidence/) and into $OUT:
+# $OUT/<id>/ into kernels_generated/<op>/<id>/evidence/) and into $OUT:
 #   $OUT/<id>/gate_report.json   the `harness gate --json` output (the full record)
 #   $OUT/<id>/<record>.json      the evidence record file itself
 #   $OUT/<id>/assess.json        what `harness promote` would say about it (problems, if any)
@@ -21,8 +20,10 @@ OUT=${OUT:-/tmp/gate_out}
 mkdir -p "$OUT"
 export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
 LOG="$OUT/gate.log"
+OP=${1:?usage: gate.sh OP CANDIDATE_ID...}
+shift
 CANDS=("$@")
-[ ${#CANDS[@]} -eq 0 ] && CANDS=(9d6bff9723cc)
+[ ${#CANDS[@]} -eq 0 ] && { echo "usage: gate.sh OP CANDIDATE_ID..." >&2; exit 2; }
 
 {
   echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
@@ -31,7 +32,7 @@ CANDS=("$@")
 } >>"$LOG" 2>&1
 
 for cid in "${CANDS[@]}"; do
-  dir="kernels_generated/moe_router/$cid"
+  dir="kernels_generated/$OP/$cid"
   mkdir -p "$OUT/$cid"
   base_args=()
   if [ "${GATE_AS_PR:-1}" = 1 ] && git ls-files --error-unmatch "$dir/kernel.py" >/dev/null 2>&1; then
@@ -55,7 +56,7 @@ for cid in "${CANDS[@]}"; do
   before=$(ls "$dir/evidence" 2>/dev/null | sort)
   t0=$(date +%s)
   # The whole gate run stays under the 10-minute command limit even if a gate hangs to its deadline.
-  timeout ${GATE_TIMEOUT_S:-560} python3 -m harness.cli gate moe_router "$cid" --model-config k3-tp8-rank "${base_args[@]}" --json \
+  timeout ${GATE_TIMEOUT_S:-560} python3 -m harness.cli gate "$OP" "$cid" --model-config k3-tp8-rank "${base_args[@]}" --json \
     >"$OUT/$cid/gate_report.json" 2>>"$LOG"
   rc=$?
   echo "== $cid: harness gate exit $rc after $(( $(date +%s) - t0 )) s" >>"$LOG"
@@ -82,7 +83,7 @@ EOF
   for f in $(ls "$dir/evidence" 2>/dev/null | sort); do
     echo "$before" | grep -qx "$f" || cp "$dir/evidence/$f" "$OUT/$cid/$f"
   done
-  python3 - moe_router "$cid" >"$OUT/$cid/assess.json" 2>>"$LOG" <<'EOF'
+  python3 - "$OP" "$cid" >"$OUT/$cid/assess.json" 2>>"$LOG" <<'EOF'
 import json, sys
 from pathlib import Path
 from harness.promotion import assess
