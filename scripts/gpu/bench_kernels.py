@@ -168,7 +168,8 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
     baseline = BASELINES.get(op)
     for point in points:
         tp, b = point.tp, point.batch
-        row: dict = {"tp": tp, "batch": b, "shape": point.shape, "state_dtype": point.state_dtype,
+        row: dict = {"tp": tp, "batch": b, "shape": point.shape,
+                     "state_dtype": point.state_dtype if len(defn.state_dtypes) > 1 else "",
                      "min_bytes": defn.min_bytes(point)}
         row["floor_us"] = row["min_bytes"] / bw * 1e6
         impls: dict = {}
