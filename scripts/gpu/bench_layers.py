@@ -1,7 +1,9 @@
-"""Per-layer decode time of the K3 stack on the reference path, eager and CUDA-graph, and
-the number of GPU kernels each layer launches (torch profiler). Writes JSON to $OUT.
+"""Per-layer decode time of the K3 stack, eager and CUDA-graph, and the number of GPU kernels
+each layer launches (torch profiler), with the promoted kernels off (the reference path),
+on (kernels_generated/promoted.json through the registry) or both. Writes JSON to $OUT.
 
     OUT=/tmp/out python scripts/gpu/bench_layers.py                 # k3-tp8-rank, 8 layers, B 1/8/64
+    OUT=/tmp/out python scripts/gpu/bench_layers.py --kernels both  # + the on/off table per layer
     OUT=/tmp/out python scripts/gpu/bench_layers.py --tiny          # CPU smoke run (tests use it)
 
 Decode after context: every MLA cache row holds `--context` random latent rows and every
@@ -81,6 +83,31 @@ def fill_context(cache: DecodeCache, context: int, gen: torch.Generator) -> None
         cv.copy_(torch.randn(cv.shape, generator=gen, device=dev).to(cv.dtype))
 
 
+def registry_for(mode: str) -> Registry:
+    """"off": no kernels (the reference path); "on": every promoted kernel (out-of-scope calls
+    still fall back to the reference, counted by the registry)."""
+    reg = Registry()
+    if mode == "on":
+        root = Path(__file__).resolve().parents[2]
+        reg.load_manifest(root / "kernels_generated" / "promoted.json")
+    return reg
+
+
+def on_off_table(rows: list[dict]) -> list[str]:
+    """One line per (batch, layer): graph (else eager) time and kernels launched, off vs on."""
+    by = {(r["batch"], r["layer"], r["kernels"]): r for r in rows}
+    lines = [f"{'B':>3} {'layer':>5} {'kind':>9} | {'off us':>9} {'on us':>9} {'on/off':>7} | {'kernels off':>11} {'on':>5}"]
+    for (b, layer, mode), off in sorted(by.items()):
+        on = by.get((b, layer, "on"))
+        if mode != "off" or on is None:
+            continue
+        t_off, t_on = off["graph_us"] or off["eager_us"], on["graph_us"] or on["eager_us"]
+        kind = f"{off['attn']}+{off['ffn']}"
+        lines.append(f"{b:>3} {layer:>5} {kind:>9} | {t_off:>9.1f} {t_on:>9.1f} {t_on / t_off:>7.3f} | "
+                     f"{off.get('gpu_kernels', '-'):>11} {on.get('gpu_kernels', '-'):>5}")
+    return lines
+
+
 def bench_batch(model: K3Decoder, batch: int, context: int, iters: int, graphs: bool) -> list[dict]:
     cfg, dev = model.cfg, model.device
     gen = torch.Generator(device=dev).manual_seed(batch)
@@ -127,6 +154,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--no-graphs", action="store_true")
     ap.add_argument("--tiny", action="store_true", help="tiny config on any device: a smoke run")
+    ap.add_argument("--kernels", choices=("off", "on", "both"), default="off",
+                    help="promoted kernels off (reference path), on, or both (an on/off table)")
     a = ap.parse_args(argv)
     if a.tiny:
         a.config, a.layers, a.context, a.iters = "tiny", None, 8, 2
@@ -135,14 +164,24 @@ def main(argv: list[str] | None = None) -> dict:
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cfg = get_config(a.config, a.layers)
     t0 = time.perf_counter()
-    model = K3Decoder(cfg, init_weights(cfg, 0, dev), Registry())    # no kernels: the reference path
+    weights = init_weights(cfg, 0, dev)
     init_s = time.perf_counter() - t0
+    modes = ["off", "on"] if a.kernels == "both" else [a.kernels]
     result = {"config": cfg.name, "n_layers": cfg.n_layers, "context": a.context, "device": str(dev),
               "gpu": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
-              "torch": torch.__version__, "weights_init_s": init_s, "rows": []}
+              "torch": torch.__version__, "weights_init_s": init_s, "rows": [], "registry": {}}
     with torch.no_grad():
-        for b in (int(x) for x in a.batches.split(",")):
-            result["rows"] += bench_batch(model, b, a.context, a.iters, not a.no_graphs)
+        for mode in modes:
+            reg = registry_for(mode)
+            model = K3Decoder(cfg, weights, reg)
+            for b in (int(x) for x in a.batches.split(",")):
+                rows = bench_batch(model, b, a.context, a.iters, not a.no_graphs)
+                result["rows"] += [{**r, "kernels": mode} for r in rows]
+            result["registry"][mode] = {f"{k.op} {k.outcome.value} {k.reason.value}": n
+                                        for k, n in sorted(reg.counters().items(), key=lambda kv: str(kv[0]))}
+    if a.kernels == "both":
+        result["on_off_table"] = on_off_table(result["rows"])
+        print("\n".join(result["on_off_table"]))
     out = Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
     (out / f"bench_layers_{cfg.name}.json").write_text(json.dumps(result, indent=2) + "\n")

@@ -22,6 +22,24 @@ def test_bench_layers_tiny_writes_json(tmp_path, monkeypatch):
     assert [r["layer"] for r in doc["rows"]] == [1, 2, 3, 4, 5]
     assert [r["attn"] for r in doc["rows"]] == ["kda", "kda", "kda", "mla", "mla"]
     assert all(r["eager_us"] > 0 and r["aten_ops"] > 0 for r in doc["rows"])
+    assert {r["kernels"] for r in doc["rows"]} == {"off"} and "on_off_table" not in doc
+
+
+def test_bench_layers_on_off_table(tmp_path, monkeypatch):
+    """--kernels both: every (batch, layer) timed with the registry empty and with the promoted
+    manifest loaded; one table line per pair (on the CPU no kernel runs: the arch falls back)."""
+    spec = importlib.util.spec_from_file_location("bench_layers", ROOT / "scripts/gpu/bench_layers.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setenv("OUT", str(tmp_path))
+    doc = mod.main(["--tiny", "--batches", "1", "--no-graphs", "--kernels", "both"])
+    assert sorted({(r["kernels"], r["layer"]) for r in doc["rows"]}) == \
+        sorted((m, i) for m in ("off", "on") for i in range(1, 6))
+    assert len(doc["on_off_table"]) == 1 + 5
+    assert not any(" kernel " in k for k in doc["registry"]["off"])
+    # the "on" registry dispatched the promoted ops: fallbacks counted (no CUDA here), never a kernel run
+    on = doc["registry"]["on"]
+    assert any(k.startswith("moe_router fallback") for k in on) and not any(" kernel " in k for k in on)
 
 
 @pytest.mark.gpu
