@@ -149,6 +149,8 @@ def section_secrets() -> Section:
     s.add("env-dumping candidate ran", " ".join(d["verdicts"]), note="reads /proc/<ppid>/environ")
     s.add("key in compile reports (returned to callers)", d["report_leaks"], 0)
     s.add("key in harness output", d["helper_output_leaks"], 0)
+    s.add("SDK HTTP debug log lines (OPENAI_LOG=debug)", storm.get("sdk_debug_lines", 0), 1, ">=",
+          note="runs/sdk_http_debug.log, scanned below")
     s.add("key in runs/, kernels_generated/, evidence, dashboard", n_root, 0, note=", ".join(where_root[:3]))
     s.add("key in the compile cache", n_cache, 0, note=", ".join(where_cache[:3]))
     s.details = [{**d, "storm": storm, "where_root": where_root, "where_cache": where_cache}]

@@ -78,13 +78,29 @@ def run_provider_scenarios() -> list[dict[str, Any]]:
 
 def run_loop_storm(root: Path, canary: str) -> dict[str, Any]:
     """The optimize loop (LLM agent) against a 429 storm, then resumed against a server that
-    replies with a kernel. Returns counts; the caller scans root for the canary key."""
-    from ..agent.loop import OptimizeConfig, resume, start
-    from ..agent.stages import ToolchainStages
+    replies with a kernel. Returns counts; the caller scans root for the canary key (the SDK's
+    HTTP debug log included: runs/sdk_http_debug.log)."""
+    import contextlib
 
     env_before = dict(os.environ)
     os.environ.update({"HARNESS_ROOT": str(root), "OPENAI_API_KEY": canary, "OPENAI_LOG": "debug"})
     out: dict[str, Any] = {}
+    # The SDK's debug handler writes to the stderr of the moment it is attached: a file under
+    # runs/ here, so the HTTP log is part of the tree scanned for the key and the report's
+    # terminal is not buried in it.
+    (root / "runs").mkdir(parents=True, exist_ok=True)
+    debug_log = root / "runs" / "sdk_http_debug.log"
+    with open(debug_log, "w", encoding="utf-8") as sink, contextlib.redirect_stderr(sink):
+        _sdk_debug_logging_to(sink)
+        _run_storm_and_resume(root, out, env_before)
+    out["sdk_debug_lines"] = len(debug_log.read_text(encoding="utf-8", errors="replace").splitlines())
+    return out
+
+
+def _run_storm_and_resume(root: Path, out: dict[str, Any], env_before: dict[str, str]) -> None:
+    from ..agent.loop import OptimizeConfig, resume, start
+    from ..agent.stages import ToolchainStages
+
     try:
         with FaultyLLM(["status:429"]) as srv:
             cfg = OptimizeConfig(op="silu_and_mul", agent="openai:selftest-model", base_url=srv.url, rounds=1,
@@ -113,7 +129,19 @@ def run_loop_storm(root: Path, canary: str) -> dict[str, Any]:
         os.environ.clear()
         os.environ.update(env_before)
         _quiet_sdk_loggers()
-    return out
+
+
+def _sdk_debug_logging_to(stream) -> None:
+    """What OPENAI_LOG=debug does at SDK import (debug level and a handler on the SDK and HTTP
+    loggers), done here so it holds even when the SDK was imported before the probe."""
+    import logging
+
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("[%(asctime)s - %(name)s:%(lineno)d - %(levelname)s] %(message)s"))
+    for name in ("openai", "httpx"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(handler)
 
 
 def _quiet_sdk_loggers() -> None:
