@@ -1,7 +1,7 @@
 """skinny_gemm candidate: swap-AB tensor-core GEMM, x staged in shared memory, warps split N.
 
 Rendered from prompts/kernels/skinny_gemm/swapab_xs.py.j2 with
-    warps=8 m_tiles=1 unroll=8 unroll_large=4
+    warps=8 m_tiles=1 unroll=8 unroll_large=2
     ctas_target=396 max_cluster=8 small_m=8 balance=True
 
 Math (reference_impls/skinny_gemm.py): out[B, N] = x[B, K] @ W[N, K]^T, fp32 accumulate, bf16 out.
@@ -41,7 +41,7 @@ VEC = 8                                   # bf16 per 16-byte load
 WARPS = 8                       # warps of a CTA, each owning 16 * M_TILES rows
 M_TILES = 1
 UNROLL = 8                     # 32-col K blocks per chunk, small-B kernel
-UNROLL_LARGE = 4         # the same for the B <= 64 kernel
+UNROLL_LARGE = 2         # the same for the B <= 64 kernel
 CTAS_TARGET = 396           # smallest CK whose grid reaches this (or the best balance)
 MAX_CLUSTER = 8           # 8 = the portable cluster size limit
 SMALL_M = 8
