@@ -40,3 +40,11 @@ def test_human_candidates_match_their_render(human_points):
         assert cand.source == src
         assert cand.provenance.author == "human"
         assert cand.provenance.template == {"family": pt["family"], "params": pt["params"]}
+
+
+def test_human_points_are_listed_once(human_points):
+    """Each (op, family, params) appears once: a duplicate would be benchmarked and compiled twice."""
+    import json
+
+    keys = [json.dumps({k: p[k] for k in ("op", "family", "params")}, sort_keys=True) for p in human_points]
+    assert len(keys) == len(set(keys)), [k for k in set(keys) if keys.count(k) > 1]
