@@ -45,18 +45,18 @@ def register(app: typer.Typer) -> None:
         if json_out:
             print_json(rep.to_json())
         else:
-            print_table(rep)
+            print_table(rep, gres.get("gpu") if gres else None)
         if not rep.ok:
             raise typer.Exit(1)
 
 
-def print_table(rep) -> None:
-    from rich.console import Console
+def print_table(rep, ingested_gpu: str | None = None) -> None:
+    """ingested_gpu: the GPU named in a --gpu-results file (its rows came from that machine)."""
     from rich.table import Table
 
     colour = {"PASS": "green", "FAIL": "red", "NOT_RUN": "yellow", "INFO": "cyan"}
-    t = Table(title=f"harness selftest ({'quick' if rep.quick else 'full'}; GPU {'yes' if rep.gpu else 'no'}; "
-                    f"{rep.wall_s:.0f} s)", show_lines=False)
+    gpu = f"GPU rows from {ingested_gpu} (--gpu-results)" if ingested_gpu else f"GPU {'yes' if rep.gpu else 'no'}"
+    t = Table(title=f"harness selftest ({'quick' if rep.quick else 'full'}; {gpu}; {rep.wall_s:.0f} s)", show_lines=False)
     for col in ("section", "figure", "value", "target", "status", "note"):
         t.add_column(col, overflow="fold")
     for s in rep.sections:
