@@ -137,15 +137,17 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
     """TP x shape x state dtype x B; shapes only for ops with named shapes, state dtypes only where
     the op has more than one."""
     names = list(defn.extra.get("shape_names", ()))
-    shp = ([s for s in names] if shapes == ["all"] else [s for s in shapes if s in names]) if names else [""]
-    unknown = [s for s in shapes if names and s not in names and s != "all"]
-    if unknown:
-        raise SystemExit(f"{defn.name}: unknown shape(s) {unknown} (known: {', '.join(names)})")
-    if names and not shp:
-        shp = [defn.extra.get("default_shape", names[0])]
-    sts = [s for s in state_dtypes if s in defn.state_dtypes] if len(defn.state_dtypes) > 1 else [""]
-    return [Point(batch=b, tp=tp, shape=sh, state_dtype=st) if st else Point(batch=b, tp=tp, shape=sh)
-            for tp in tps for sh in shp for st in (sts or [defn.state_dtypes[0]]) for b in batches]
+    if names:
+        unknown = [s for s in shapes if s not in names and s != "all"]
+        if unknown:
+            raise SystemExit(f"{defn.name}: unknown shape(s) {unknown} (known: {', '.join(names)})")
+        shp = names if shapes == ["all"] else shapes or [defn.extra.get("default_shape", names[0])]
+    else:
+        shp = [""]
+    # ops with one state dtype keep Point's default; a wanted dtype the op lacks is skipped
+    sts = [s for s in state_dtypes if s in defn.state_dtypes] if len(defn.state_dtypes) > 1 else []
+    return [Point(batch=b, tp=tp, shape=sh, **({"state_dtype": st} if st else {}))
+            for tp in tps for sh in shp for st in (sts or [""]) for b in batches]
 
 
 def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bool,

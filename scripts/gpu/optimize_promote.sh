@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # `harness optimize --op <op> --promote` end to end on the lent H200 (issue 6):
 #
-#   bash scripts/gpu/optimize_promote.sh [OP] [TIME_LIMIT_S]      (default moe_router, 300)
-#   run carry: [".device", ".whl"]
+#   source scripts/gpu/at_head.sh && bash scripts/gpu/optimize_promote.sh [OP] [TIME_LIMIT_S]
+#   (default moe_router, 300; run carry: [".device", ".whl"])
 #
-# The device copy of the checkout has a .git without commits, so the script first commits
-# the tree as it arrived (branch main, one snapshot commit): isolation then has a base and
-# `--promote` a HEAD to branch from. Writes into $OUT:
+# at_head.sh gives the device copy a git history (isolation needs a base, `--promote` a HEAD
+# to branch from) and a git identity. Writes into $OUT:
 #   optimize.json       the run summary (`--json`): rounds, candidates, speedups, gates, promotion
 #   optimize.log        the progress lines
 #   run/                runs/<id>/ (events.jsonl, summary.json, ...)
@@ -15,20 +14,14 @@
 set -uo pipefail
 OP=${1:-moe_router}
 LIMIT=${2:-300}
-source scripts/gpu/setup.sh
+git rev-parse --verify -q HEAD >/dev/null || { echo "no git history: source scripts/gpu/at_head.sh first" >&2; exit 2; }
 OUT=${OUT:-/tmp/optimize_out}
 mkdir -p "$OUT"
 export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
-id="-c user.name=harness-device -c user.email=device@localhost"
-if ! git rev-parse --verify -q HEAD >/dev/null; then
-  git checkout -q -B main && git add -A && git $id commit -qm "device snapshot of the checkout" || exit 1
-fi
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader) HEAD $(git rev-parse --short HEAD)" >"$OUT/optimize.log"
 before=$(ls "kernels_generated/$OP")
 t0=$(date +%s)
-GIT_AUTHOR_NAME=harness-device GIT_AUTHOR_EMAIL=device@localhost GIT_COMMITTER_NAME=harness-device \
-GIT_COMMITTER_EMAIL=device@localhost \
-  python3 -m harness.cli optimize --op "$OP" --promote --time-limit "$LIMIT" --json >"$OUT/optimize.json" 2>>"$OUT/optimize.log"
+python3 -m harness.cli optimize --op "$OP" --promote --time-limit "$LIMIT" --json >"$OUT/optimize.json" 2>>"$OUT/optimize.log"
 echo "== optimize exit $? after $(( $(date +%s) - t0 )) s" >>"$OUT/optimize.log"
 run=$(ls -td runs/*/ 2>/dev/null | head -1)
 [ -n "$run" ] && cp -r "$run" "$OUT/run"
