@@ -24,12 +24,14 @@ from ..errors import UserError
 Params = dict[str, Any]
 
 
-def _env():
-    from jinja2 import StrictUndefined
+def _env(folder: Path):
+    """Sandboxed, strict; `{% include "_part.j2" %}` reads a partial from the family's own
+    folder (code shared by families of one op), nothing outside it."""
+    from jinja2 import FileSystemLoader, StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
 
     return SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True,
-                                trim_blocks=False, lstrip_blocks=False)
+                                trim_blocks=False, lstrip_blocks=False, loader=FileSystemLoader(str(folder)))
 
 
 def params_key(family: str, params: Params) -> str:
@@ -50,7 +52,7 @@ class Family:
 
     @cached_property
     def _checks(self):
-        env = _env()
+        env = _env(self.template_path.parent)
         return [env.compile_expression(c, undefined_to_none=False) for c in self.constraints]
 
     def feasible(self, params: Params) -> bool:
@@ -92,7 +94,7 @@ class Family:
     def render(self, params: Params) -> str:
         if not self.feasible(params):
             raise ValueError(f"{self.name}: {params} is not in the declared space")
-        tpl = _env().from_string(self.template_path.read_text())
+        tpl = _env(self.template_path.parent).from_string(self.template_path.read_text())
         return tpl.render(**params, params=dict(params), family=self.name, op=self.op)
 
 
