@@ -1,15 +1,29 @@
-"""Decoder configurations: one type, three presets.
+"""Decoder configurations: one type, six presets.
 
 `tiny` runs on a CPU in seconds with K3's layer pattern and code paths at small widths.
 `k3-tp8-rank` / `k3-tp16-rank` are the true per-rank widths of one GPU of a TP8 / TP16
 deployment of Kimi K3 (docs/kimi_k3_decode_ops.md) with a configurable layer count: the
 compute of one rank, without the all-reduces (a single process plays rank 0).
+
+`residual` picks the residual stream: K3's AttnRes (op attn_res, the default) or the
+K2-style fused add + RMSNorm (op add_rmsnorm). The `-addnorm` presets (`tiny-addnorm`,
+`k3-tp8-rank-addnorm`, `k3-tp16-rank-addnorm`) are the same widths with the K2-style
+residual: the decode path on which an add_rmsnorm kernel runs (numerics_model, layer A/B).
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, replace
+from typing import Callable
 
 from harness.errors import UserError
+
+
+class Residual(str, enum.Enum):
+    """The residual stream of a decoder layer; the value is the catalogue op it runs."""
+
+    ATTN_RES = "attn_res"          # K3: AttnRes over the sealed block sums
+    ADD_NORM = "add_rmsnorm"       # K2-style: r = bf16(delta + residual); h = rms(r) * w
 
 
 @dataclass(frozen=True)
@@ -48,6 +62,7 @@ class ModelConfig:
     moe_inter_unpadded: int = 0      # routed intermediate per rank before padding (0 = moe_inter)
     eos_id: int = 256
     bos_id: int = 257
+    residual: Residual = Residual.ATTN_RES
 
     # ---- derived -------------------------------------------------------------------
     def is_mla(self, layer: int) -> bool:
@@ -111,17 +126,36 @@ TINY = ModelConfig(
     attn_res_block=2,              # seals at layers 0, 2, 4: block appends are exercised
 )
 
-PRESETS = ("tiny", "k3-tp8-rank", "k3-tp16-rank")
+ADD_NORM_SUFFIX = "-addnorm"
+
+
+def _add_norm(cfg: ModelConfig) -> ModelConfig:
+    """The same widths with the K2-style residual (is_k3_rank unchanged: tp and hidden are)."""
+    return replace(cfg, name=cfg.name + ADD_NORM_SUFFIX, residual=Residual.ADD_NORM)
+
+
+_BUILDERS: dict[str, Callable[[], ModelConfig]] = {
+    "tiny": lambda: TINY,
+    "k3-tp8-rank": lambda: _k3_rank(8, 8),
+    "k3-tp16-rank": lambda: _k3_rank(16, 8),
+    "tiny-addnorm": lambda: _add_norm(TINY),
+    "k3-tp8-rank-addnorm": lambda: _add_norm(_k3_rank(8, 8)),
+    "k3-tp16-rank-addnorm": lambda: _add_norm(_k3_rank(16, 8)),
+}
+PRESETS = tuple(_BUILDERS)
 
 
 def get_config(name: str, n_layers: int | None = None) -> ModelConfig:
     """A preset by name; `n_layers` overrides the layer count (K3 rank presets default to 8)."""
-    if name == "tiny":
-        cfg = TINY
-    elif name == "k3-tp8-rank":
-        cfg = _k3_rank(8, 8)
-    elif name == "k3-tp16-rank":
-        cfg = _k3_rank(16, 8)
-    else:
+    build = _BUILDERS.get(name)
+    if build is None:
         raise UserError(f"unknown model config '{name}' (known: {', '.join(PRESETS)})")
+    cfg = build()
     return cfg.with_layers(n_layers) if n_layers is not None else cfg
+
+
+def gate_model_config(op: str, tp: int = 8) -> str:
+    """The K3 rank preset on which `op` is called in the decode path: the -addnorm preset
+    for add_rmsnorm (the AttnRes path never calls it), the K3 one for every other op."""
+    base = f"k3-tp{tp}-rank"
+    return base + ADD_NORM_SUFFIX if op == Residual.ADD_NORM.value else base

@@ -11,6 +11,16 @@ current block, `blocks` the sealed block sums, blocks[0] = the embedding):
   KDA or MLA; MoE input = attn_res(prefix, attn_out, blocks); dense FFN (layer 0) or
   latent MoE; after the last layer attn_res(prefix, mlp_out, blocks) with the final norm
   feeds the LM head. Layers 4, 8, ... (1-indexed) and the last are MLA, the rest KDA.
+
+With cfg.residual = ADD_NORM (the `-addnorm` presets) the residual is the K2-style pre-norm
+stream through the fused op add_rmsnorm (r = bf16(delta + residual); h = rms(r) * w):
+  layer 0: residual = embedding, attention input = rmsnorm(embedding);
+  every later attention input: h, residual = add_rmsnorm(delta_prev, residual, attn_norm);
+  MoE/FFN input: h, residual = add_rmsnorm(attn_out, residual, mlp_norm);
+  after the last layer: add_rmsnorm(mlp_out, residual, final_norm) feeds the LM head.
+The same weights (attn_norm, mlp_norm, final_norm); the AttnRes weights go unused,
+StepState.blocks is empty and the stream is StepState.residual. Attention and FFN are the
+same in both modes.
 """
 from __future__ import annotations
 
@@ -21,7 +31,7 @@ import torch
 from harness import registry as registry_mod
 
 from .cache import DecodeCache
-from .config import ModelConfig
+from .config import ModelConfig, Residual
 from .weights import Weights
 
 
@@ -30,12 +40,14 @@ class StepState:
     """What flows between layers within one decode step."""
 
     x: torch.Tensor               # embedding [B, H]
-    blocks: torch.Tensor          # sealed block sums [B, max_blocks, H]; the first nb are valid
-    nb: int
+    blocks: torch.Tensor          # AttnRes: sealed block sums [B, max_blocks, H]; the first nb are valid
+    nb: int                       #   (ADD_NORM: [B, 0, H], nb stays 0)
     zeros: torch.Tensor
-    prefix: torch.Tensor          # running sum of the current block
-    delta: torch.Tensor           # the previous sublayer's output, not yet added to prefix
+    prefix: torch.Tensor          # AttnRes: running sum of the current block
+    delta: torch.Tensor           # the previous sublayer's output, not yet added to the stream
     new_lens: torch.Tensor        # cache lengths after this step's token
+    residual: torch.Tensor | None = None   # ADD_NORM: the residual stream, bf16(embedding +
+                                           #   every sublayer output so far); never written in place
 
 
 class K3Decoder:
@@ -65,14 +77,17 @@ class K3Decoder:
 
     def begin(self, tokens: torch.Tensor, cache: DecodeCache) -> "StepState":
         x = self.w["embed"][tokens]                                       # [B, H] bf16
-        blocks = torch.empty(x.shape[0], self.cfg.max_blocks, self.cfg.hidden, dtype=x.dtype, device=x.device)
+        n_blocks = self.cfg.max_blocks if self.cfg.residual is Residual.ATTN_RES else 0
+        blocks = torch.empty(x.shape[0], n_blocks, self.cfg.hidden, dtype=x.dtype, device=x.device)
         zeros = torch.zeros_like(x)
         return StepState(x, blocks, 0, zeros, zeros, zeros, cache.lens + 1)
 
     @torch.no_grad()
     def layer(self, i: int, st: "StepState", cache: DecodeCache) -> None:
-        """Decoder layer i on the step state (AttnRes bookkeeping, attention, FFN)."""
+        """Decoder layer i on the step state (residual bookkeeping, attention, FFN)."""
         cfg, w, p = self.cfg, self.w, f"layers.{i}."
+        if cfg.residual is Residual.ADD_NORM:
+            return self._layer_add_norm(i, st, cache)
         if i == 0:
             h = self._run("rmsnorm", p + "attn_norm", x=st.x, weight=w[p + "attn_norm"])["out"]
             st.prefix = st.x
@@ -92,10 +107,34 @@ class K3Decoder:
 
     @torch.no_grad()
     def finish(self, st: "StepState", cache: DecodeCache) -> torch.Tensor:
+        if self.cfg.residual is Residual.ADD_NORM:
+            h, _ = self._add_norm("final_add_norm", st.delta, st.residual, self.w["final_norm"])
+            cache.lens.copy_(st.new_lens)
+            return self._lm_head(h)
         r = self._run("attn_res", "final_res", prefix=st.prefix, delta=st.delta, blocks=st.blocks[:, :st.nb],
                       w_res=self.w["final_res_w"], w_norm=self.w["final_norm"])
         cache.lens.copy_(st.new_lens)
         return self._lm_head(r["out"])
+
+    # ---- K2-style residual (cfg.residual = ADD_NORM) -------------------------------------
+    def _layer_add_norm(self, i: int, st: "StepState", cache: DecodeCache) -> None:
+        """Pre-norm layer i: st.residual is the residual stream, st.delta the FFN output of the
+        previous layer (both bf16)."""
+        cfg, w, p = self.cfg, self.w, f"layers.{i}."
+        if i == 0:
+            h = self._run("rmsnorm", p + "attn_norm", x=st.x, weight=w[p + "attn_norm"])["out"]
+            st.residual = st.x
+        else:
+            h, st.residual = self._add_norm(p + "attn_add_norm", st.delta, st.residual, w[p + "attn_norm"])
+        a = self._mla(h, i, cache, st.new_lens) if cfg.is_mla(i) else self._kda(h, i, cache)
+        h, st.residual = self._add_norm(p + "mlp_add_norm", a, st.residual, w[p + "mlp_norm"])
+        st.delta = self._dense(h, i) if cfg.is_dense(i) else self._moe(h, i)
+
+    def _add_norm(self, site: str, delta: torch.Tensor, residual: torch.Tensor,
+                  weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(rms(r) * weight, r) with r = bf16(delta + residual): the fused add_rmsnorm op."""
+        r = self._run("add_rmsnorm", site, x=delta, residual=residual, weight=weight)
+        return r["out"], r["residual_out"]
 
     def _lm_head(self, h: torch.Tensor) -> torch.Tensor:
         head = self.w["lm_head"]

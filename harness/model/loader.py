@@ -30,7 +30,9 @@ from typing import Callable
 
 import torch
 
-from .config import ModelConfig
+from harness.errors import UserError
+
+from .config import ModelConfig, Residual
 from .weights import Weights
 
 P = "language_model.model."
@@ -53,8 +55,16 @@ def _res_w(get: Getter, norm: str, proj: str) -> torch.Tensor:
     return (get(norm).float() * get(proj).float().reshape(-1)).to(torch.bfloat16)
 
 
+def _check_attn_res(cfg: ModelConfig) -> None:
+    """The K3 checkpoint's layers are AttnRes: an -addnorm config would run another model."""
+    if cfg.residual is not Residual.ATTN_RES:
+        raise UserError(f"model config '{cfg.name}' uses the {cfg.residual.value} residual: a K3 checkpoint "
+                        "has AttnRes layers; load it with an AttnRes config (e.g. k3-tp8-rank)")
+
+
 def convert(get: Getter, cfg: ModelConfig, rank: int = 0) -> Weights:
     """Internal weights of rank `rank` from checkpoint tensors served by `get(name)`."""
+    _check_attn_res(cfg)
     tp = cfg.tp
     bf = lambda t: t.to(torch.bfloat16).contiguous()  # noqa: E731
     w: Weights = {"embed": bf(get(P + "embed_tokens.weight")), "lm_head": bf(get(LM_HEAD)),
@@ -140,6 +150,7 @@ def load_checkpoint(path: str | Path, cfg: ModelConfig, rank: int = 0, device: s
     """Rank `rank`'s weights from a safetensors file or a folder of *.safetensors shards."""
     from safetensors import safe_open  # noqa: PLC0415 - CPU-side dependency
 
+    _check_attn_res(cfg)
     path = Path(path)
     files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
     if not files:
@@ -161,6 +172,7 @@ def to_checkpoint(w: Weights, cfg: ModelConfig) -> dict[str, torch.Tensor]:
     AttnRes weights are written as res_norm = 1 and res_proj = the combined w_res."""
     if cfg.tp != 1:
         raise ValueError("to_checkpoint writes a whole model: use a tp=1 config")
+    _check_attn_res(cfg)
     ones = lambda n: torch.ones(n, dtype=torch.bfloat16)  # noqa: E731
     out = {P + "embed_tokens.weight": w["embed"], LM_HEAD: w["lm_head"], P + "norm.weight": w["final_norm"],
            P + "output_attn_res_norm.weight": ones(cfg.hidden), P + "output_attn_res_proj.weight": w["final_res_w"][None]}
