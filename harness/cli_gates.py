@@ -54,6 +54,15 @@ def _parse_only(only: Optional[str]):
 _STYLE = {"pass": "green", "fail": "red", "error": "red", "not_run": "yellow"}
 
 
+def _check_model_config(name: str) -> None:
+    """A bad --model-config is a UserError now, not a gate ERROR minutes later."""
+    from gates._k3 import parse_model_config
+    from harness.model.config import get_config
+
+    preset, layers = parse_model_config(name, 1)
+    get_config(preset, layers or None)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("gate")
     def gate(op: str = typer.Argument(..., help="Op name, e.g. moe_router."),
@@ -62,7 +71,7 @@ def register(app: typer.Typer) -> None:
              base: Optional[str] = typer.Option(None, "--base", help="Base commit for isolation (default: merge-base with main)."),
              model_config: Optional[str] = typer.Option(
                  None, "--model-config",
-                 help="K3 config for numerics_model and the layer A/B: k3-tp8-rank[:layers] (default on a GPU) or tiny (CPU smoke, the default without a GPU)."),
+                 help="K3 config for numerics_model and the layer A/B: a preset[:layers] (harness.model.config.PRESETS); default on a GPU k3-tp8-rank, k3-tp8-rank-addnorm for add_rmsnorm; without a GPU tiny (CPU smoke)."),
              write: bool = typer.Option(True, "--write/--no-write", help="Write the evidence record."),
              json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
         """Run the fast-track gates on a candidate and write an evidence record. Without a GPU
@@ -79,7 +88,10 @@ def register(app: typer.Typer) -> None:
         if model_config is None:
             from harness.toolchain.evaluate import gpu_available
 
-            model_config = "k3-tp8-rank" if gpu_available() else "tiny"
+            from harness.model.config import gate_model_config
+
+            model_config = gate_model_config(op) if gpu_available() else "tiny"
+        _check_model_config(model_config)
         ctx = GateContext(op=op, candidate_id=cid, root=root, config=config, base=base, model_config=model_config)
         if json_out:
             results = run_gates(ctx, chosen)

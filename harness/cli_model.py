@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
     @app.command("trace")
     def trace_cmd(
         from_file: Optional[Path] = typer.Option(None, "--from", help="print a saved trace or eval-model JSON"),
-        config: str = typer.Option("tiny", help="model config for the live decode"),
+        config: str = typer.Option("tiny", help="model config for the live decode (a preset, e.g. tiny-addnorm)"),
         steps: int = typer.Option(4, help="decode steps of the live run"),
         batch: int = typer.Option(2, help="rows of the live run"),
         save: Optional[Path] = typer.Option(None, help="write the trace JSON here"),
@@ -100,7 +100,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("eval-model")
     def eval_model_cmd(
-        config: str = typer.Option("tiny", help="tiny | k3-tp8-rank | k3-tp16-rank"),
+        config: str = typer.Option("tiny", help="tiny | k3-tp8-rank | k3-tp16-rank, each also as <name>-addnorm "
+                                   "(K2-style add_rmsnorm residual instead of AttnRes)"),
         steps: int = typer.Option(8, help="decode steps (>= 1024 for the long-generation check)"),
         context: int = typer.Option(16, help="prompt tokens before decoding (>= 32768 on GPU configs)"),
         kernels: str = typer.Option("both", help="on | off | both"),

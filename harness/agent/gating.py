@@ -13,9 +13,9 @@ from .. import paths
 if TYPE_CHECKING:
     from gates import GateResult
 
-# The K3 config numerics_model and perf_sweep's layer timing run on (as scripts/gpu/gate_*.sh):
-# "tiny" is only a smoke that the gates report NOT_RUN, so with it no candidate could pass.
-MODEL_CONFIG = "k3-tp8-rank"
+# The K3 config numerics_model and perf_sweep's layer timing run on (as scripts/gpu/gate.sh):
+# harness.model.config.gate_model_config(op), k3-tp8-rank (k3-tp8-rank-addnorm for
+# add_rmsnorm). "tiny" is only a smoke that the gates report NOT_RUN: no candidate could pass.
 
 
 def isolation_as_pr(ctx) -> "GateResult":
@@ -51,14 +51,18 @@ def isolation_as_pr(ctx) -> "GateResult":
     return res
 
 
-def run_full_gates(op: str, candidate_id: str, model_config: str = MODEL_CONFIG) -> dict[str, Any]:
+def run_full_gates(op: str, candidate_id: str, model_config: str | None = None) -> dict[str, Any]:
     """Run every gate, write the evidence record, return {verdicts, passed, evidence}.
     Isolation judges the PR-shaped change (isolation_as_pr); without a GPU the GPU gates are
-    NOT_RUN at once (the real config needs a CUDA GPU)."""
+    NOT_RUN at once (the real config needs a CUDA GPU). `model_config` defaults to the
+    preset whose decode path calls `op` (gate_model_config)."""
     from gates import ALL_GATES, GateContext, GateName
     from gates.config import config_path, load_config
     from gates.suite import gpu_available, run_gates
     from harness import evidence
+    from harness.model.config import gate_model_config
+
+    model_config = model_config or gate_model_config(op)
 
     root = paths.root()
     cfg = load_config(config_path(root))

@@ -3,6 +3,8 @@
 #
 #   source scripts/gpu/at_head.sh && bash scripts/gpu/gate.sh OP CANDIDATE_ID [CANDIDATE_ID ...]
 #   run carry: [".device", ".whl", ".snap"]       (at_head.sh: the committed HEAD, with git history)
+#   MODEL_CONFIG=preset[:layers] the K3 config of numerics_model and the layer A/B (every op);
+#     default k3-tp8-rank-addnorm for add_rmsnorm (the only decode path that calls it), else k3-tp8-rank
 #
 # Each candidate committed on HEAD is gated as the pull request that brings it (GATE_AS_PR=1,
 # the default): on a throwaway branch, a base commit without its folder, then a commit adding
@@ -24,10 +26,15 @@ OP=${1:?usage: gate.sh OP CANDIDATE_ID...}
 shift
 CANDS=("$@")
 [ ${#CANDS[@]} -eq 0 ] && { echo "usage: gate.sh OP CANDIDATE_ID..." >&2; exit 2; }
+if [ "$OP" = add_rmsnorm ]; then
+  MODEL_CONFIG=${MODEL_CONFIG:-k3-tp8-rank-addnorm}
+else
+  MODEL_CONFIG=${MODEL_CONFIG:-k3-tp8-rank}
+fi
 
 {
   echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
-  echo "== HEAD $(git rev-parse --short HEAD 2>/dev/null); uncommitted paths: $(git status --porcelain | wc -l)"
+  echo "== HEAD $(git rev-parse --short HEAD 2>/dev/null); uncommitted paths: $(git status --porcelain | wc -l); model config $MODEL_CONFIG"
   git status --porcelain | head -20
 } >>"$LOG" 2>&1
 
@@ -56,7 +63,7 @@ for cid in "${CANDS[@]}"; do
   before=$(ls "$dir/evidence" 2>/dev/null | sort)
   t0=$(date +%s)
   # The whole gate run stays under the 10-minute command limit even if a gate hangs to its deadline.
-  timeout ${GATE_TIMEOUT_S:-560} python3 -m harness.cli gate "$OP" "$cid" --model-config k3-tp8-rank "${base_args[@]}" --json \
+  timeout ${GATE_TIMEOUT_S:-560} python3 -m harness.cli gate "$OP" "$cid" --model-config "$MODEL_CONFIG" "${base_args[@]}" --json \
     >"$OUT/$cid/gate_report.json" 2>>"$LOG"
   rc=$?
   echo "== $cid: harness gate exit $rc after $(( $(date +%s) - t0 )) s" >>"$LOG"
