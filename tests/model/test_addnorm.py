@@ -168,3 +168,22 @@ def test_checkpoint_loader_refuses_addnorm_configs(tmp_path, addnorm_weights):
         to_checkpoint(addnorm_weights, CFG)
     with pytest.raises(UserError, match="AttnRes"):
         convert(lambda name: torch.zeros(1), get_config("k3-tp8-rank-addnorm"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_addnorm_cuda_graph_step_matches_eager():
+    from harness.model.graph import GraphedStep
+
+    reg = Registry()
+    model = K3Decoder(CFG, init_weights(CFG, 0, "cuda"), reg)
+    prompts = [[257, 1, 2, 3], [257, 4]]
+    caches = [DecodeCache.allocate(CFG, 2, 16, "cuda") for _ in range(2)]
+    logits = [model.prefill(prompts, c) for c in caches]
+    graphed = GraphedStep(model, caches[1])
+    for _ in range(3):
+        tok = logits[0].argmax(-1)
+        logits[0] = model.step(tok, caches[0])
+        logits[1] = graphed(tok, caches[1]).clone()
+        torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=0)
+    assert _counts(reg, "add_rmsnorm") > 0 and _counts(reg, "attn_res") == 0
