@@ -4,6 +4,10 @@
 
 Each point becomes kernels_generated/<op>/<id>/ with provenance author "human" and
 template {"family", "params"}; prints "<op> <label> <id>" per candidate. Idempotent.
+
+A point may carry "scope": keys of the family's scope replaced for this candidate, only to
+narrow it (e.g. the GEMM shapes and batches where a skinny GEMM beats cuBLAS): the same
+kernel with another scope is another candidate (the id hashes source and scope).
 """
 from __future__ import annotations
 
@@ -19,6 +23,23 @@ def human_points(op: str | None = None) -> list[dict]:
     return [p for p in pts if op is None or p["op"] == op]
 
 
+def point_scope(family_scope: dict, pt: dict) -> dict:
+    """The family's scope with the point's "scope" overrides; each must narrow it."""
+    scope = dict(family_scope)
+    for key, val in pt.get("scope", {}).items():
+        if key not in family_scope:
+            raise ValueError(f"{pt['op']} {pt['label']}: scope key '{key}' is not in the family's scope")
+        wide = family_scope[key]
+        if key == "batch":
+            ok = len(val) == 2 and wide[0] <= val[0] <= val[1] <= wide[1]
+        else:
+            ok = bool(val) and set(val) <= set(wide)
+        if not ok:
+            raise ValueError(f"{pt['op']} {pt['label']}: scope {key}={val} does not narrow the family's {wide}")
+        scope[key] = list(val)
+    return scope
+
+
 def render_point(pt: dict):
     """Render one point and create (or reuse) its candidate folder; returns the Candidate."""
     from harness.agent.families import load_family
@@ -26,7 +47,7 @@ def render_point(pt: dict):
 
     fam = load_family(HERE / pt["op"] / f"{pt['family']}.py.j2", pt["op"])
     source = fam.render(pt["params"])
-    scope = Scope.from_json(fam.scope)
+    scope = Scope.from_json(point_scope(fam.scope, pt))
     prov = Provenance(author="human", template={"family": fam.name, "params": dict(pt["params"])})
     return create_candidate(pt["op"], source, scope, prov)
 

@@ -16,6 +16,9 @@
 #   $OUT/<id>/<record>.json      the evidence record file itself
 #   $OUT/<id>/assess.json        what `harness promote` would say about it (problems, if any)
 #   $OUT/gate.log                the human-readable progress and verdict lines
+# GATE_ONLY=a,b runs only those gates (`harness gate --only`): `harness promote` takes each
+# gate's latest valid record, so a candidate too slow to gate within one 10-minute device
+# command is gated over two. GATE_TIMEOUT_S caps each `harness gate` run (default 560 s).
 set -uo pipefail
 source scripts/gpu/setup.sh
 OUT=${OUT:-/tmp/gate_out}
@@ -63,7 +66,7 @@ for cid in "${CANDS[@]}"; do
   before=$(ls "$dir/evidence" 2>/dev/null | sort)
   t0=$(date +%s)
   # The whole gate run stays under the 10-minute command limit even if a gate hangs to its deadline.
-  timeout ${GATE_TIMEOUT_S:-560} python3 -m harness.cli gate "$OP" "$cid" --model-config "$MODEL_CONFIG" "${base_args[@]}" --json \
+  timeout ${GATE_TIMEOUT_S:-560} python3 -m harness.cli gate "$OP" "$cid" --model-config "$MODEL_CONFIG" "${base_args[@]}" ${GATE_ONLY:+--only "$GATE_ONLY"} --json \
     >"$OUT/$cid/gate_report.json" 2>>"$LOG"
   rc=$?
   echo "== $cid: harness gate exit $rc after $(( $(date +%s) - t0 )) s" >>"$LOG"

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+import render_human
 from harness.agent.families import load_families
 from harness.toolchain.candidate import Scope, candidate_id, load_candidate
 
@@ -34,7 +35,7 @@ def test_human_candidates_match_their_render(human_points):
         fam = load_family(ROOT / "prompts/kernels" / pt["op"] / f"{pt['family']}.py.j2", pt["op"])
         assert fam.feasible(pt["params"]), pt
         src = fam.render(pt["params"])
-        scope = Scope.from_json(fam.scope)
+        scope = Scope.from_json(render_human.point_scope(fam.scope, pt))
         cid = candidate_id(src, scope)
         cand = load_candidate(pt["op"], cid)           # raises if the folder is missing or stale
         assert cand.source == src
@@ -46,5 +47,17 @@ def test_human_points_are_listed_once(human_points):
     """Each (op, family, params) appears once: a duplicate would be benchmarked and compiled twice."""
     import json
 
-    keys = [json.dumps({k: p[k] for k in ("op", "family", "params")}, sort_keys=True) for p in human_points]
+    keys = [json.dumps({k: p.get(k) for k in ("op", "family", "params", "scope")}, sort_keys=True)
+            for p in human_points]
     assert len(keys) == len(set(keys)), [k for k in set(keys) if keys.count(k) > 1]
+
+
+def test_point_scope_only_narrows():
+    fam = {"archs": ["sm_90a", "sm_103a"], "tp": [8, 16], "batch": [1, 64], "shapes": ["a", "b", "c"]}
+    pt = {"op": "skinny_gemm", "label": "t", "scope": {"batch": [1, 8], "shapes": ["a", "c"]}}
+    got = render_human.point_scope(fam, pt)
+    assert got["batch"] == [1, 8] and got["shapes"] == ["a", "c"] and got["tp"] == [8, 16]
+    assert render_human.point_scope(fam, {"op": "x", "label": "t"}) == fam
+    for bad in ({"batch": [1, 128]}, {"shapes": ["a", "z"]}, {"tp": []}, {"dtypes": ["bf16"]}):
+        with pytest.raises(ValueError):
+            render_human.point_scope(fam, {"op": "x", "label": "t", "scope": bad})
