@@ -11,14 +11,18 @@ prefix, delta [B, H] bf16, blocks [B, NB, H] bf16, w_res, w_norm [H] bf16 ->
 out [B, H] bf16, new_prefix [B, H] bf16; H = 7168, replicated (same at TP8/16).
 
 Readings chosen:
-- The catalogue fixes NB = 8, the most blocks K3 ever holds (blocks[0] is the embedding,
-  93 layers / 12 per block): the worst-case traffic. The decoder, whose block count grows
-  over the layers, calls `attn_res_mix` with a list of any length.
+- NB, the number of sealed blocks, is a named shape: `Point.shape` "nb1" .. "nb8" (SHAPES);
+  "" = "nb8", the most blocks K3 ever holds (blocks[0] is the embedding, 93 layers / 12 per
+  block): the worst-case traffic and the catalogue's default. The decode path's block count
+  grows over the layers (1 .. 8); it calls the op with shape=f"nb{nb}" and `blocks` a
+  [B, nb, H] view of its [B, 8, H] buffer (batch stride 8*H, not nb*H: kernels must take a
+  strided `blocks`). `attn_res_mix` takes a list of any length.
 - Appending prefix to the block list at the first sublayer of a 12-layer block is the
   decoder's bookkeeping; this op mixes the blocks it is given plus the new prefix.
 - The rms inside the logit uses eps = 1e-5 like every K3 norm.
-min_bytes = prefix + delta + blocks + both weights + out + new_prefix: 0.20 MB at B=1
-(the doc's table says 0.17: it does not count the NB=8 worst case exactly), 11.0 MB at B=64.
+min_bytes = prefix + delta + blocks + both weights + out + new_prefix: 0.20 MB at B=1 nb8
+(the doc's table says 0.17: it does not count the NB=8 worst case exactly), 11.0 MB at B=64;
+nb1: 0.10 MB at B=1, 4.6 MB at B=64.
 """
 from __future__ import annotations
 
@@ -32,11 +36,13 @@ from ._common import (BF16_ELEMENTWISE_ATOL, BF16_ELEMENTWISE_RTOL, HIDDEN, io_b
                       round_bf16)
 
 MAX_BLOCKS = 8
+SHAPE_NAMES: tuple[str, ...] = tuple(f"nb{n}" for n in range(1, MAX_BLOCKS + 1))
+DEFAULT_SHAPE = f"nb{MAX_BLOCKS}"
 
 INPUTS = (
     TensorSpec("prefix", ("B", "H"), "bf16", Role.ACTIVATION, "running sum of the current block"),
     TensorSpec("delta", ("B", "H"), "bf16", Role.ACTIVATION, "previous sublayer output"),
-    TensorSpec("blocks", ("B", "NB", "H"), "bf16", Role.ACTIVATION, "completed block sums, [0] = embedding (NB=8, the max)"),
+    TensorSpec("blocks", ("B", "NB", "H"), "bf16", Role.ACTIVATION, "sealed block sums, [0] = embedding (NB = 1..8 by shape)"),
     TensorSpec("w_res", ("H",), "bf16", Role.WEIGHT, "w_resnorm * w_resproj, combined"),
     TensorSpec("w_norm", ("H",), "bf16", Role.WEIGHT, "the sublayer's input RMSNorm weight"),
 )
@@ -46,8 +52,16 @@ OUTPUTS = (
 )
 
 
+def num_blocks(shape: str) -> int:
+    """NB of the named shape ("nb1" .. "nb8"; "" = the default nb8); ValueError on an unknown name."""
+    name = shape or DEFAULT_SHAPE
+    if name not in SHAPE_NAMES:
+        raise ValueError(f"unknown attn_res shape '{shape}' (known: {', '.join(SHAPE_NAMES)})")
+    return int(name[2:])
+
+
 def dims(point: Point) -> dict[str, int]:
-    return {"B": point.batch, "NB": MAX_BLOCKS, "H": HIDDEN}
+    return {"B": point.batch, "NB": num_blocks(point.shape), "H": HIDDEN}
 
 
 def attn_res_mix(prefix: torch.Tensor, delta: torch.Tensor, blocks_list: Sequence[torch.Tensor],
@@ -112,6 +126,9 @@ DEFINITION = OpDefinition(
     },
     make_inputs=make_inputs,
     reference=reference,
-    notes='NB = 8 blocks fixed (the K3 maximum, worst-case bytes); attn_res_mix(prefix, delta, blocks_list, w_res, w_norm) takes any number.',
-    extra={"max_blocks": MAX_BLOCKS, "mix": attn_res_mix},
+    notes='Point.shape "nb1".."nb8" = NB sealed blocks ("" = nb8, the K3 maximum, worst-case bytes); the decoder '
+          'passes blocks as a strided [B, nb, H] view of a [B, 8, H] buffer; attn_res_mix(prefix, delta, '
+          'blocks_list, w_res, w_norm) takes any number.',
+    scope_axes=("arch", "tp", "batch", "dtype", "shape"),
+    extra={"max_blocks": MAX_BLOCKS, "mix": attn_res_mix, "shape_names": SHAPE_NAMES, "default_shape": DEFAULT_SHAPE},
 )

@@ -63,6 +63,25 @@ def test_attn_res_fixed_and_variable_blocks() -> None:
         _close_bf16(got, want)
 
 
+@pytest.mark.parametrize("shape,nb", [("nb1", 1), ("nb3", 3)])
+def test_attn_res_named_shape(shape: str, nb: int) -> None:
+    """A non-default block count: the inputs carry nb blocks and the reference matches naive."""
+    d, inp, out = _inputs("attn_res", Point(2, shape=shape), seed=3)
+    assert tuple(inp["blocks"].shape) == (2, nb, 7168) == d.shapes(Point(2, shape=shape))["blocks"]
+    want_out, want_prefix = naive.attn_res(inp["prefix"], inp["delta"], inp["blocks"], inp["w_res"], inp["w_norm"])
+    assert torch.equal(out["new_prefix"], want_prefix.to(torch.bfloat16))
+    _close_bf16(out["out"], want_out)
+
+
+def test_attn_res_shape_names() -> None:
+    d = reference_impls.get("attn_res")
+    assert d.extra["shape_names"] == tuple(f"nb{n}" for n in range(1, 9)) and d.extra["default_shape"] == "nb8"
+    assert d.shapes(Point(1))["blocks"] == d.shapes(Point(1, shape="nb8"))["blocks"] == (1, 8, 7168)
+    assert d.min_bytes(Point(4, shape="nb1")) < d.min_bytes(Point(4, shape="nb8")) == d.min_bytes(Point(4))
+    with pytest.raises(ValueError, match="nb1, nb2"):
+        d.shapes(Point(1, shape="nb9"))
+
+
 @pytest.mark.parametrize("shape", ["kda_f_b", "mla_q_b", "kda_in_proj"])
 def test_skinny_gemm(shape: str) -> None:
     d = reference_impls.get("skinny_gemm")
