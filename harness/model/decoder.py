@@ -11,6 +11,8 @@ current block, `blocks` the sealed block sums, blocks[0] = the embedding):
   KDA or MLA; MoE input = attn_res(prefix, attn_out, blocks); dense FFN (layer 0) or
   latent MoE; after the last layer attn_res(prefix, mlp_out, blocks) with the final norm
   feeds the LM head. Layers 4, 8, ... (1-indexed) and the last are MLA, the rest KDA.
+  Every attn_res call names its block count as the static key shape=f"nb{nb}" (nb = 1..8) and
+  passes `blocks` as the [B, nb, H] view of the [B, max_blocks, H] buffer (not contiguous).
 
 With cfg.residual = ADD_NORM (the `-addnorm` presets) the residual is the K2-style pre-norm
 stream through the fused op add_rmsnorm (r = bf16(delta + residual); h = rms(r) * w):
@@ -66,6 +68,15 @@ class K3Decoder:
         reg = self.registry or registry_mod.default()
         return reg.run("skinny_gemm", {"x": x, "weight": w}, tp=self.cfg.tp, site=site, shape=shape)["out"]
 
+    def _attn_res(self, site: str, st: "StepState", delta: torch.Tensor, w_res: torch.Tensor,
+                  w_norm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(out, new_prefix) of AttnRes over the st.nb sealed blocks: `blocks` is a view of the
+        [B, max_blocks, H] buffer (batch stride max_blocks*H) and the static key names nb."""
+        reg = self.registry or registry_mod.default()
+        r = reg.run("attn_res", {"prefix": st.prefix, "delta": delta, "blocks": st.blocks[:, :st.nb],
+                                 "w_res": w_res, "w_norm": w_norm}, tp=self.cfg.tp, site=site, shape=f"nb{st.nb}")
+        return r["out"], r["new_prefix"]
+
     # ---- one decode step --------------------------------------------------------------
     @torch.no_grad()
     def step(self, tokens: torch.Tensor, cache: DecodeCache) -> torch.Tensor:
@@ -92,17 +103,13 @@ class K3Decoder:
             h = self._run("rmsnorm", p + "attn_norm", x=st.x, weight=w[p + "attn_norm"])["out"]
             st.prefix = st.x
         else:
-            r = self._run("attn_res", p + "attn_res", prefix=st.prefix, delta=st.delta, blocks=st.blocks[:, :st.nb],
-                          w_res=w[p + "attn_res_w"], w_norm=w[p + "attn_norm"])
-            h, st.prefix = r["out"], r["new_prefix"]
+            h, st.prefix = self._attn_res(p + "attn_res", st, st.delta, w[p + "attn_res_w"], w[p + "attn_norm"])
         if i % cfg.attn_res_block == 0:                                   # seal the block
             st.blocks[:, st.nb] = st.prefix
             st.nb += 1
             st.prefix = st.zeros
         a = self._mla(h, i, cache, st.new_lens) if cfg.is_mla(i) else self._kda(h, i, cache)
-        r = self._run("attn_res", p + "mlp_res", prefix=st.prefix, delta=a, blocks=st.blocks[:, :st.nb],
-                      w_res=w[p + "mlp_res_w"], w_norm=w[p + "mlp_norm"])
-        h, st.prefix = r["out"], r["new_prefix"]
+        h, st.prefix = self._attn_res(p + "mlp_res", st, a, w[p + "mlp_res_w"], w[p + "mlp_norm"])
         st.delta = self._dense(h, i) if cfg.is_dense(i) else self._moe(h, i)
 
     @torch.no_grad()
@@ -111,10 +118,9 @@ class K3Decoder:
             h, _ = self._add_norm("final_add_norm", st.delta, st.residual, self.w["final_norm"])
             cache.lens.copy_(st.new_lens)
             return self._lm_head(h)
-        r = self._run("attn_res", "final_res", prefix=st.prefix, delta=st.delta, blocks=st.blocks[:, :st.nb],
-                      w_res=self.w["final_res_w"], w_norm=self.w["final_norm"])
+        h, _ = self._attn_res("final_res", st, st.delta, self.w["final_res_w"], self.w["final_norm"])
         cache.lens.copy_(st.new_lens)
-        return self._lm_head(r["out"])
+        return self._lm_head(h)
 
     # ---- K2-style residual (cfg.residual = ADD_NORM) -------------------------------------
     def _layer_add_norm(self, i: int, st: "StepState", cache: DecodeCache) -> None:
