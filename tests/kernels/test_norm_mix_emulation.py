@@ -1,8 +1,9 @@
 """Pure-PyTorch emulation of the add_rmsnorm (rowreg) and attn_res (rowmix) kernels' work split,
 at each human point's THREADS / VEC: thread t owns the VEC-wide vectors k*THREADS + t; sums go
 thread -> warp (32 threads) -> block; attn_res factors logit_j = rsqrt(mean(V_j^2) + eps) * (V_j . w_res)
-and takes the softmax as exp2((l - max) * log2 e) / sum. Checked against the op reference with the
-op's own tolerances (harness.compare), so a wrong ownership map or factorisation fails here on a CPU."""
+and takes the softmax as exp2((l - max) * log2 e) / sum, over NB + 1 sources (NB = 1, 3, 8: the static key
+shape="nb<NB>"). Checked against the op reference with the op's own tolerances (harness.compare), so a
+wrong ownership map or factorisation fails here on a CPU."""
 from __future__ import annotations
 
 import json
@@ -59,13 +60,15 @@ def test_add_rmsnorm_emulation(params):
     assert res.ok, res.summary()
 
 
+@pytest.mark.parametrize("nb", [1, 3, 8])
 @pytest.mark.parametrize("params", _points("attn_res"), ids=lambda p: f"t{p['threads']}v{p['vec']}")
-def test_attn_res_emulation(params):
+def test_attn_res_emulation(params, nb):
     idx = _owner_index(params["threads"], params["vec"])
     assert torch.equal(idx.flatten().sort().values, torch.arange(H)), "every column owned exactly once"
     defn = reference_impls.get("attn_res")
-    point = Point(batch=3, tp=8)
+    point = Point(batch=3, tp=8, shape=f"nb{nb}")           # NB = the kernel's compile-time block count
     inp = defn.make_inputs(point, torch.Generator().manual_seed(11))
+    assert inp["blocks"].shape[1] == nb
     new_prefix = _bf16(inp["prefix"].float() + inp["delta"].float())
     v = torch.cat([inp["blocks"].float(), new_prefix[:, None]], dim=1)            # [B, NS, H]
     ss = _block_sum(v * v, idx)                                                  # [B, NS]
