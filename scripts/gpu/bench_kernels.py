@@ -2,7 +2,7 @@
 
     source .device/cutedsl/setup.sh && PYTHONPATH=$PWD python3 scripts/gpu/bench_kernels.py \
         [--ops moe_router] [--batches 1,2,4,8,16,32,64] [--tps 8,16] [--no-compile-baseline]
-        [--shapes latent_down,kda_in_proj | all] [--state-dtypes fp32,bf16] [--candidates ID_PREFIX,...]
+        [--shapes latent_down,kda_in_proj,nb1,nb8 | all] [--state-dtypes fp32,bf16] [--candidates ID_PREFIX,...]
 
 For every op with human candidates (kernels_generated/<op>/*/candidate.json, author "human"):
   1. correctness: each candidate against the reference at every (TP, B), outputs poisoned
@@ -135,13 +135,16 @@ def rotated_sets(defn, point: Point) -> tuple[list[dict], list[dict]]:
 
 def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state_dtypes: list[str]) -> list[Point]:
     """TP x shape x state dtype x B; shapes only for ops with named shapes, state dtypes only where
-    the op has more than one."""
+    the op has more than one. --shapes may mix several ops' names (latent_down,nb1): each op takes
+    its own, or its default shape when none is its own; a name no op knows is an error."""
     names = list(defn.extra.get("shape_names", ()))
+    every = {s for d in reference_impls.all_ops() for s in d.extra.get("shape_names", ())}
+    unknown = [s for s in shapes if s not in every and s != "all"]
+    if unknown:
+        raise SystemExit(f"{defn.name}: unknown shape(s) {unknown} (known: {', '.join(names or sorted(every))})")
     if names:
-        unknown = [s for s in shapes if s not in names and s != "all"]
-        if unknown:
-            raise SystemExit(f"{defn.name}: unknown shape(s) {unknown} (known: {', '.join(names)})")
-        shp = names if shapes == ["all"] else shapes or [defn.extra.get("default_shape", names[0])]
+        mine = [s for s in shapes if s in names]
+        shp = names if shapes == ["all"] else mine or [defn.extra.get("default_shape", names[0])]
     else:
         shp = [""]
     # ops with one state dtype keep Point's default; a wanted dtype the op lacks is skipped
@@ -270,8 +273,9 @@ def main() -> None:
     ap.add_argument("--tps", default="8,16")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--no-compile-baseline", action="store_true")
-    ap.add_argument("--shapes", default="", help="named shapes of ops that have them (comma list or 'all'); "
-                                                 "default: the op's default shape")
+    ap.add_argument("--shapes", default="", help="named shapes of ops that have them (comma list or 'all'): "
+                                                 "skinny_gemm's GEMMs, attn_res's nb1..nb8; default: each op's "
+                                                 "default shape (latent_down, nb8)")
     ap.add_argument("--state-dtypes", default="fp32,bf16", help="state dtypes of ops with several")
     ap.add_argument("--candidates", default="", help="only candidates whose id starts with one of these")
     args = ap.parse_args()

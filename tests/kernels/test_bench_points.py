@@ -44,3 +44,33 @@ def test_scope_filter(bench):
     kda = {"scope": {"tp": [8, 16], "batch": [1, 64], "state_dtypes": ["fp32"]}}
     assert bench.in_scope(kda, Point(batch=64, tp=16, state_dtype="fp32"))
     assert not bench.in_scope(kda, Point(batch=64, tp=16, state_dtype="bf16"))
+
+
+def test_attn_res_points_default_nb8_and_named(bench):
+    ar = reference_impls.get("attn_res")
+    assert {p.shape for p in bench.op_points(ar, [1, 64], [8], [], [])} == {"nb8"}     # the worst case
+    pts = bench.op_points(ar, [1], [8, 16], ["nb1", "nb4", "nb8"], [])
+    assert sorted((p.tp, p.shape) for p in pts) == [(tp, f"nb{n}") for tp in (8, 16) for n in (1, 4, 8)]
+    assert [ar.shapes(p)["blocks"][1] for p in pts[:3]] == [1, 4, 8]
+    assert len(bench.op_points(ar, [1], [8], ["all"], [])) == 8
+    # one --shapes list for several ops: each op takes its own names, else its default
+    gemm = reference_impls.get("skinny_gemm")
+    mixed = ["latent_down", "nb1"]
+    assert [p.shape for p in bench.op_points(ar, [1], [8], mixed, [])] == ["nb1"]
+    assert [p.shape for p in bench.op_points(gemm, [1], [8], mixed, [])] == ["latent_down"]
+    assert [p.shape for p in bench.op_points(gemm, [1], [8], ["nb1", "nb4"], [])] == ["latent_down"]
+    with pytest.raises(SystemExit, match="unknown shape"):
+        bench.op_points(ar, [1], [8], ["nb9"], [])
+
+
+def test_attn_res_scope_filter_and_static_key(bench):
+    import json
+
+    metas = sorted((ROOT / "kernels_generated/attn_res").glob("*/candidate.json"))
+    cands = [json.loads(m.read_text()) for m in metas]
+    assert cands and all(c["scope"]["shapes"] == [f"nb{n}" for n in range(1, 9)] for c in cands)
+    ar = reference_impls.get("attn_res")
+    for p in bench.op_points(ar, [1, 64], [8, 16], ["nb1", "nb4", "nb8"], []):
+        assert all(bench.in_scope(c, p) for c in cands)
+        assert bench.static_for(ar, p) == {"shape": p.shape}
+    assert not bench.in_scope(cands[0], Point(batch=1, tp=8, shape="nb9"))
