@@ -2,7 +2,8 @@
 builds the kernel for NB = 3 with `blocks` taken at a dynamic batch stride (the decoder's
 [B, 3, H] view of its [B, 8, H] buffer), for sm_90a and sm_103a. The TVM-FFI wrapper the
 compile emits is what checks a call's tensors: its signature must read blocks [n0, 3, 7168]
-and its stride check must ask only divisibility by 8 (16 bytes), not the compact 3*7168."""
+and its stride check must ask only divisibility by 8 (16 bytes), not the compact 3*7168.
+On a GPU (-m gpu): the kernels on the strided view and on compact blocks against the reference."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import ROOT
 
@@ -51,3 +53,37 @@ def test_nb3_compiles_with_a_strided_blocks_tensor(arch):
     assert out["nb3"] == {"sig3": True, "sig8": False, "stride_check": True}
     assert out[""] == {"sig3": False, "sig8": True, "stride_check": True}      # "" = nb8, the default
     assert "unknown attn_res shape 'nb9'" in out["nb9"] and "nb1, nb2" in out["nb9"]
+
+
+def _rowmix_candidates() -> list[str]:
+    metas = sorted((ROOT / "kernels_generated/attn_res").glob("*/candidate.json"))
+    return [m.parent.name for m in metas
+            if (json.loads(m.read_text())["provenance"].get("template") or {}).get("family") == "rowmix"]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cid", _rowmix_candidates())
+def test_gpu_strided_blocks_match_the_reference(cid):
+    """On the GPU: each nb kernel on the decoder's strided view (rows nb..7 of the buffer NaN, so
+    a read past nb shows) and on a compact tensor, against the reference (harness.compare)."""
+    import reference_impls
+    from conftest import load_module
+    from harness.compare import compare
+    from harness.opdef import Point
+
+    mod = load_module(ROOT / "kernels_generated/attn_res" / cid / "kernel.py", f"attn_res_{cid}")
+    defn = reference_impls.get("attn_res")
+    for nb in (1, 3, 5, 8):
+        point = Point(batch=5, tp=8, shape=f"nb{nb}")
+        compiled = mod.compile(8, "--enable-tvm-ffi", shape=f"nb{nb}")
+        inp = defn.make_inputs(point, torch.Generator().manual_seed(nb), "cuda")
+        ref = defn.run_reference(inp)
+        buf = torch.full((5, 8, 7168), float("nan"), dtype=torch.bfloat16, device="cuda")
+        buf[:, :nb] = inp["blocks"]
+        for blocks in (buf[:, :nb], inp["blocks"]):
+            outs = defn.alloc_outputs(point, "cuda", poison=True)
+            mod.launch(compiled, **dict(inp, blocks=blocks), **outs)
+            torch.cuda.synchronize()
+            res = compare(defn, outs, ref, inp)
+            assert res.ok, f"nb{nb} stride {blocks.stride()}: {res.summary()}"
