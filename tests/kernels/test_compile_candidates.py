@@ -66,12 +66,13 @@ def compile_plan(op: str, cand, peers) -> list[tuple[int, dict]]:
 
 def test_compile_plan_covers_every_key_once_per_family():
     """Each family has one candidate compiling the full matrix; samples are non-empty."""
-    for op in ("skinny_gemm", "kda_decode"):
+    for op in ("skinny_gemm", "kda_decode", "attn_res"):
         peers = _human(op)
         if not peers:
             continue
         defn = reference_impls.get(op)
-        full = [c for c in peers if len(compile_plan(op, c, peers)) == len(c.scope.tp) * len(static_keys(defn, c))]
+        n_tp = lambda c: 1 if op in TP_INDEPENDENT else len(c.scope.tp)          # noqa: E731
+        full = [c for c in peers if len(compile_plan(op, c, peers)) == n_tp(c) * len(static_keys(defn, c))]
         assert {(c.provenance.template or {}).get("family") for c in full} == \
             {(c.provenance.template or {}).get("family") for c in peers}
         assert all(compile_plan(op, c, peers) for c in peers)
