@@ -1,8 +1,9 @@
 """attn_res candidate: one CTA per row, two passes over the sources (the second from cache). Verified on the
-H200 at NB = 8 in session 2 (correct at every point, 5.9-7.9 us: results/h200/session2/); NB = 1..7 (the
-static key shape="nb1".."nb7") and a strided `blocks` compiled for sm_90a / sm_103a on a CPU, not yet run.
+H200 at NB = 8 with compact blocks in session 2 (correct at every point, 5.9-7.9 us: results/h200/session2/);
+this build (NB = 1..8 from the static key shape="nb1".."nb8", `blocks` at a dynamic batch stride) compiled
+for sm_90a / sm_103a on a CPU only, not yet run on a GPU.
 
-Rendered from prompts/kernels/attn_res/rowmix.py.j2 with threads=448 vec=8 pdl=False
+Rendered from prompts/kernels/attn_res/rowmix.py.j2 with threads=896 vec=8 pdl=False
 NB (sealed blocks, 1..8) is a compile-time parameter from the static key shape="nb<NB>" ("" = nb8).
 `blocks` [B, NB, H] may be a view of a [B, 8, H] buffer: its batch stride is dynamic (a multiple of
 8 bf16 = 16 bytes, so the 16-byte loads stay legal), its block and element strides are H and 1.
@@ -33,7 +34,7 @@ HIDDEN = 7168
 MAX_BLOCKS = 8                            # the K3 maximum (blocks[0] = the embedding)
 EPS = 1e-5
 LOG2E = 1.4426950408889634
-THREADS = 448
+THREADS = 896
 VEC = 8                           # bf16 per access (16 bytes)
 USE_PDL = False
 NV = HIDDEN // (THREADS * VEC)            # vectors per thread per source
