@@ -205,10 +205,56 @@ def _run_ptxas(dump: Path, arch: str) -> list[dict]:
     return out
 
 
+def default_jobs() -> int:
+    """Compiles run at once: $HARNESS_COMPILE_JOBS, else one per core up to 8 (each compile is
+    a single-threaded child of ~1-2 GB; the lent H200 host has 16 cores, CI 2)."""
+    env = os.environ.get("HARNESS_COMPILE_JOBS", "")
+    if env.strip():
+        try:
+            return max(1, int(env))
+        except ValueError:
+            from ..errors import UserError
+
+            raise UserError(f"HARNESS_COMPILE_JOBS must be an integer (got '{env}')") from None
+    return max(1, min(8, os.cpu_count() or 1))
+
+
+def compile_many(cand: Candidate, combos: list[tuple[str, int, dict[str, Any]]], *,
+                 timeout_s: float = DEFAULT_TIMEOUT_S, use_cache: bool = True, cache_root: Path | None = None,
+                 on_done: Callable[[CompileReport], None] | None = None,
+                 jobs: int | None = None) -> list[CompileReport]:
+    """compile_candidate for each (arch, tp, static), `jobs` sandboxed children at a time;
+    reports in the order of `combos`. `on_done` runs in the caller's thread as each finishes.
+    Every child is its own process group with its own deadline, and cache entries are
+    written by atomic rename, so concurrent compiles share nothing mutable."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    jobs = min(jobs or default_jobs(), max(1, len(combos)))
+    one = lambda c: compile_candidate(cand, c[0], c[1], c[2], timeout_s=timeout_s,  # noqa: E731
+                                      use_cache=use_cache, cache_root=cache_root)
+    if jobs == 1:
+        reps = []
+        for c in combos:
+            reps.append(one(c))
+            if on_done:
+                on_done(reps[-1])
+        return reps
+    out: list[CompileReport | None] = [None] * len(combos)
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="k3-compile") as pool:
+        futs = {pool.submit(one, c): i for i, c in enumerate(combos)}
+        for fut in as_completed(futs):
+            out[futs[fut]] = rep = fut.result()
+            if on_done:
+                on_done(rep)
+    return [r for r in out if r is not None]
+
+
 def compile_matrix(cand: Candidate, archs: list[str] | None = None, tps: list[int] | None = None, *,
                    timeout_s: float = DEFAULT_TIMEOUT_S, use_cache: bool = True, cache_root: Path | None = None,
-                   on_done: Callable[[CompileReport], None] | None = None) -> list[CompileReport]:
-    """Compile for every arch (default: the scope's) x TP (default: the scope's) x static key."""
+                   on_done: Callable[[CompileReport], None] | None = None,
+                   jobs: int | None = None) -> list[CompileReport]:
+    """Compile for every arch (default: the scope's) x TP (default: the scope's) x static key,
+    `jobs` at a time (default_jobs())."""
     import reference_impls
 
     defn = reference_impls.get(cand.op)
@@ -218,10 +264,6 @@ def compile_matrix(cand: Candidate, archs: list[str] | None = None, tps: list[in
             from ..errors import UserError
 
             raise UserError(f"unknown arch '{a}' (choose from {', '.join(TARGET_ARCHS)})")
-    reps = []
-    for arch, tp, st in itertools.product(archs, list(tps or cand.scope.tp), static_keys(defn, cand)):
-        rep = compile_candidate(cand, arch, tp, st, timeout_s=timeout_s, use_cache=use_cache, cache_root=cache_root)
-        reps.append(rep)
-        if on_done:
-            on_done(rep)
-    return reps
+    combos = list(itertools.product(archs, list(tps or cand.scope.tp), static_keys(defn, cand)))
+    return compile_many(cand, combos, timeout_s=timeout_s, use_cache=use_cache, cache_root=cache_root,
+                        on_done=on_done, jobs=jobs)

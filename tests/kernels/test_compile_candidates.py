@@ -15,7 +15,7 @@ import pytest
 
 import reference_impls
 from harness.toolchain.candidate import list_candidates
-from harness.toolchain.compile import compile_candidate, static_keys
+from harness.toolchain.compile import compile_many, static_keys
 
 ARCHS = ("sm_90a", "sm_103a")
 # ops whose every global load is a 16-byte vector by construction
@@ -83,8 +83,8 @@ def test_compile_plan_covers_every_key_once_per_family():
 def test_candidate_compiles_without_spills(op, cid, arch):
     peers = _human(op)
     cand = next(c for c in peers if c.id == cid)
-    for tp, static in compile_plan(op, cand, peers):
-        rep = compile_candidate(cand, arch, tp, static)
+    plan = [(arch, tp, static) for tp, static in compile_plan(op, cand, peers)]
+    for rep in compile_many(cand, plan):                 # the plan's keys in parallel, one child each
         assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
         assert rep.spill_bytes == 0, rep.kernels
         assert rep.kernels, "ptxas reported no kernels"
