@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 H, EPS = 7168, 1e-5
 
 
-def _points(op: str) -> list[dict]:
+def _points(op: str, family: str | None = None) -> list[dict]:
     pts = json.loads((ROOT / "prompts/kernels/human_candidates.json").read_text())["candidates"]
-    return [p["params"] for p in pts if p["op"] == op]
+    return [p["params"] for p in pts if p["op"] == op and family in (None, p["family"])]
 
 
 def _owner_index(threads: int, vec: int) -> torch.Tensor:
@@ -61,7 +61,7 @@ def test_add_rmsnorm_emulation(params):
 
 
 @pytest.mark.parametrize("nb", [1, 3, 8])
-@pytest.mark.parametrize("params", _points("attn_res"), ids=lambda p: f"t{p['threads']}v{p['vec']}")
+@pytest.mark.parametrize("params", _points("attn_res", "rowmix"), ids=lambda p: f"t{p['threads']}v{p['vec']}")
 def test_attn_res_emulation(params, nb):
     idx = _owner_index(params["threads"], params["vec"])
     assert torch.equal(idx.flatten().sort().values, torch.arange(H)), "every column owned exactly once"
