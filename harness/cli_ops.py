@@ -41,7 +41,10 @@ def _point(defn, batch: int, tp: int, context: int, routing: str, state_dtype: s
         context = 1024
     shapes = defn.extra.get("shape_names")
     if shape and not shapes:
-        raise UserError(f"{defn.name} has one shape; --shape applies to ops with named shapes (skinny_gemm)")
+        import reference_impls  # noqa: PLC0415
+
+        named = [d.name for d in reference_impls.all_ops() if d.extra.get("shape_names")]
+        raise UserError(f"{defn.name} has one shape; --shape applies to ops with named shapes ({', '.join(named)})")
     if shape and shape not in shapes:
         raise UserError(f"unknown shape '{shape}' for {defn.name} (choose from {', '.join(shapes)})")
     pt = Point(batch=batch, tp=tp, context=context, routing=prof, state_dtype=state_dtype, shape=shape)

@@ -97,6 +97,8 @@ def test_ref_moe_experts(tmp_path: Path, capsys) -> None:
     ["ref", "rmsnorm", "--batch", "65"],
     ["ref", "rmsnorm", "--batch", "1", "--tp", "4"],
     ["ref", "kda_decode", "--batch", "1", "--state-dtype", "fp8"],
+    ["ref", "rmsnorm", "--batch", "1", "--shape", "nb1"],
+    ["ref", "attn_res", "--batch", "1", "--shape", "nb9"],
     ["ops", "show", "nope"],
     ["ops", "show", "rmsnorm", "--gpu", "a100x"],
     ["ops", "show", "rmsnorm", "--tp", "4"],
@@ -113,3 +115,9 @@ def test_bad_input_one_line_exit_2_nothing_written(argv: list[str], tmp_path: Pa
     assert len(lines) == 1 and lines[0].startswith("harness: error:"), err
     assert "Traceback" not in err + out
     assert list(tmp_path.iterdir()) == []
+
+
+def test_shape_on_an_op_without_named_shapes_names_those_that_have_them(tmp_path: Path, capsys) -> None:
+    code, _, err = _run(["ref", "rmsnorm", "--batch", "1", "--shape", "nb1", "--save", str(tmp_path / "x.pt")], capsys)
+    named = sorted(d.name for d in reference_impls.all_ops() if d.extra.get("shape_names"))
+    assert code == 2 and "attn_res" in named and all(n in err for n in named), err
