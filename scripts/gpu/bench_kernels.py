@@ -15,7 +15,8 @@ skinny_gemm also times torch's own bf16 `x @ weight.t()` (cuBLAS), the bar its k
 A candidate is only checked and timed at the points of its declared scope (batch range, TP,
 shapes, state dtypes). Points span TP x shape (ops with named shapes) x state dtype x B.
 Prints one table per op (B; eager; torch.compile; ours; floor; % of floor) and writes
-$OUT/bench_kernels.json. A failing candidate or point is recorded and the run goes on.
+$OUT/bench_kernels_<op>[-<op>...].json (named by --ops, so two runs in one device command keep
+both files). A failing candidate or point is recorded and the run goes on.
 Needs no pydantic / gitpython / LLM SDKs.
 """
 from __future__ import annotations
@@ -286,6 +287,7 @@ def main() -> None:
     torch._dynamo.config.cache_size_limit = 64
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
+    out_file = out_dir / f"bench_kernels_{'-'.join(o for o in args.ops.split(',') if o)}.json"
     bw = timing.measure_bandwidth()
     result = {"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__,
               "bandwidth_bytes_per_s": bw, "ops": {}}
@@ -307,8 +309,8 @@ def main() -> None:
         result["ops"][op] = rec
         if rec.get("rows"):
             print_table(rec)
-        (out_dir / "bench_kernels.json").write_text(json.dumps(result, indent=1, default=str))
-    print(f"\nwrote {out_dir / 'bench_kernels.json'}")
+        out_file.write_text(json.dumps(result, indent=1, default=str))
+    print(f"\nwrote {out_file}")
 
 
 if __name__ == "__main__":

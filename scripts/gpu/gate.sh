@@ -13,7 +13,7 @@
 # Writes the evidence record into the candidate folder (commit it afterwards: copy it from
 # $OUT/<id>/ into kernels_generated/<op>/<id>/evidence/) and into $OUT:
 #   $OUT/<id>/gate_report.json   the `harness gate --json` output (the full record)
-#   $OUT/<id>/<record>.json      the evidence record file itself
+#   $OUT/<id>/<record>.json      the evidence record file itself, compacted (commit this copy)
 #   $OUT/<id>/assess.json        what `harness promote` would say about it (problems, if any)
 #   $OUT/gate.log                the human-readable progress and verdict lines
 # GATE_ONLY=a,b runs only those gates (`harness gate --only`): `harness promote` takes each
@@ -91,7 +91,9 @@ for g in rec["gates"]:
 print(f"   record: {rec.get('record')}")
 EOF
   for f in $(ls "$dir/evidence" 2>/dev/null | sort); do
-    echo "$before" | grep -qx "$f" || cp "$dir/evidence/$f" "$OUT/$cid/$f"
+    # the copy to commit, one line per top-level key (the record hash is over canonical JSON)
+    echo "$before" | grep -qx "$f" || { cp "$dir/evidence/$f" "$OUT/$cid/$f" && chmod u+w "$OUT/$cid/$f" &&
+      python3 scripts/compact_evidence.py "$OUT/$cid/$f" >>"$LOG" 2>&1; }
   done
   python3 - "$OP" "$cid" >"$OUT/$cid/assess.json" 2>>"$LOG" <<'EOF'
 import json, sys
