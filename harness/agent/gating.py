@@ -13,10 +13,6 @@ from .. import paths
 if TYPE_CHECKING:
     from gates import GateResult
 
-# The K3 config numerics_model and perf_sweep's layer timing run on (as scripts/gpu/gate.sh):
-# harness.model.config.gate_model_config(op), k3-tp8-rank (k3-tp8-rank-addnorm for
-# add_rmsnorm). "tiny" is only a smoke that the gates report NOT_RUN: no candidate could pass.
-
 
 def isolation_as_pr(ctx) -> "GateResult":
     """The isolation gate on the change a promotion of this candidate would bring: HEAD (the
@@ -55,7 +51,8 @@ def run_full_gates(op: str, candidate_id: str, model_config: str | None = None) 
     """Run every gate, write the evidence record, return {verdicts, passed, evidence}.
     Isolation judges the PR-shaped change (isolation_as_pr); without a GPU the GPU gates are
     NOT_RUN at once (the real config needs a CUDA GPU). `model_config` defaults to the
-    preset whose decode path calls `op` (gate_model_config)."""
+    K3 rank preset whose decode path calls `op` (gate_model_config, as scripts/gpu/gate.sh);
+    "tiny" is only a smoke that the gates report NOT_RUN, with which no candidate could pass."""
     from gates import ALL_GATES, GateContext, GateName
     from gates.config import config_path, load_config
     from gates.suite import gpu_available, run_gates

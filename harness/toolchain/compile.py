@@ -232,13 +232,6 @@ def compile_many(cand: Candidate, combos: list[tuple[str, int, dict[str, Any]]],
     jobs = min(jobs or default_jobs(), max(1, len(combos)))
     one = lambda c: compile_candidate(cand, c[0], c[1], c[2], timeout_s=timeout_s,  # noqa: E731
                                       use_cache=use_cache, cache_root=cache_root)
-    if jobs == 1:
-        reps = []
-        for c in combos:
-            reps.append(one(c))
-            if on_done:
-                on_done(reps[-1])
-        return reps
     out: list[CompileReport | None] = [None] * len(combos)
     with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="k3-compile") as pool:
         futs = {pool.submit(one, c): i for i, c in enumerate(combos)}

@@ -29,11 +29,8 @@ OP=${1:?usage: gate.sh OP CANDIDATE_ID...}
 shift
 CANDS=("$@")
 [ ${#CANDS[@]} -eq 0 ] && { echo "usage: gate.sh OP CANDIDATE_ID..." >&2; exit 2; }
-if [ "$OP" = add_rmsnorm ]; then
-  MODEL_CONFIG=${MODEL_CONFIG:-k3-tp8-rank-addnorm}
-else
-  MODEL_CONFIG=${MODEL_CONFIG:-k3-tp8-rank}
-fi
+# default: the preset whose decode path calls OP (harness.model.config.gate_model_config)
+MODEL_CONFIG=${MODEL_CONFIG:-$(python3 -c 'import sys; from harness.model.config import gate_model_config as g; print(g(sys.argv[1]))' "$OP")}
 
 {
   echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"
