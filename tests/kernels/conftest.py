@@ -1,25 +1,18 @@
 """Shared fixtures: the human family points and their rendered modules (imported once)."""
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from kernel_helpers import ROOT, load_module
+
 sys.path.insert(0, str(ROOT / "prompts" / "kernels"))
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")     # before any cutlass import
 
 import render_human  # noqa: E402
-
-
-def load_module(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="session")

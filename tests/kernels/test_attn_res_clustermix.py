@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT, load_module
+from kernel_helpers import ROOT, check_attn_res_on_strided_blocks, load_module
 
 H, EPS = 7168, 1e-5
 FAMILY = "clustermix"
@@ -161,23 +161,5 @@ def test_nb3_compiles_strided_with_cluster_reductions():
 def test_gpu_strided_blocks_match_the_reference(cid):
     """Each nb kernel on the decoder's strided view (rows nb..7 of the [B, 8, H] buffer NaN, so a read
     past nb shows) and on compact blocks, at B = 1, 5 and 64, against the reference (harness.compare)."""
-    import reference_impls
-    from harness.compare import compare
-    from harness.opdef import Point
-
-    mod = _module(cid)
-    defn = reference_impls.get("attn_res")
-    for nb in (1, 3, 5, 8):
-        compiled = mod.compile(8, "--enable-tvm-ffi", shape=f"nb{nb}")
-        for batch in (1, 5, 64):
-            point = Point(batch=batch, tp=8, shape=f"nb{nb}")
-            inp = defn.make_inputs(point, torch.Generator().manual_seed(100 * nb + batch), "cuda")
-            ref = defn.run_reference(inp)
-            buf = torch.full((batch, 8, H), float("nan"), dtype=torch.bfloat16, device="cuda")
-            buf[:, :nb] = inp["blocks"]
-            for blocks in (buf[:, :nb], inp["blocks"]):
-                outs = defn.alloc_outputs(point, "cuda", poison=True)
-                mod.launch(compiled, **dict(inp, blocks=blocks), **outs)
-                torch.cuda.synchronize()
-                res = compare(defn, outs, ref, inp)
-                assert res.ok, f"{cid} nb{nb} B={batch} stride {blocks.stride()}: {res.summary()}"
+    check_attn_res_on_strided_blocks(_module(cid), cid, nbs=(1, 3, 5, 8), batches=(1, 5, 64),
+                                     seed=lambda nb, batch: 100 * nb + batch)

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 
-from conftest import ROOT
+from kernel_helpers import ROOT, check_attn_res_on_strided_blocks, load_module
 
 PROBE = r"""
 import importlib.util, json, os, sys
@@ -67,23 +67,5 @@ def _rowmix_candidates() -> list[str]:
 def test_gpu_strided_blocks_match_the_reference(cid):
     """On the GPU: each nb kernel on the decoder's strided view (rows nb..7 of the buffer NaN, so
     a read past nb shows) and on a compact tensor, against the reference (harness.compare)."""
-    import reference_impls
-    from conftest import load_module
-    from harness.compare import compare
-    from harness.opdef import Point
-
     mod = load_module(ROOT / "kernels_generated/attn_res" / cid / "kernel.py", f"attn_res_{cid}")
-    defn = reference_impls.get("attn_res")
-    for nb in (1, 3, 5, 8):
-        point = Point(batch=5, tp=8, shape=f"nb{nb}")
-        compiled = mod.compile(8, "--enable-tvm-ffi", shape=f"nb{nb}")
-        inp = defn.make_inputs(point, torch.Generator().manual_seed(nb), "cuda")
-        ref = defn.run_reference(inp)
-        buf = torch.full((5, 8, 7168), float("nan"), dtype=torch.bfloat16, device="cuda")
-        buf[:, :nb] = inp["blocks"]
-        for blocks in (buf[:, :nb], inp["blocks"]):
-            outs = defn.alloc_outputs(point, "cuda", poison=True)
-            mod.launch(compiled, **dict(inp, blocks=blocks), **outs)
-            torch.cuda.synchronize()
-            res = compare(defn, outs, ref, inp)
-            assert res.ok, f"nb{nb} stride {blocks.stride()}: {res.summary()}"
+    check_attn_res_on_strided_blocks(mod, cid, nbs=(1, 3, 5, 8), batches=(5,), seed=lambda nb, batch: nb)

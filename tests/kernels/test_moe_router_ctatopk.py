@@ -14,7 +14,7 @@ import reference_impls
 from harness.compare import compare
 from harness.opdef import Point
 
-from conftest import ROOT, load_module
+from kernel_helpers import ROOT, load_module
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import ROOT
+from kernel_helpers import ROOT
 
 CANDIDATES = ROOT / "kernels_generated"
 

@@ -17,7 +17,7 @@ from harness.compare import compare
 from harness.opdef import Point
 from reference_impls.skinny_gemm import SHAPE_NAMES, gemm_kn
 
-from conftest import ROOT, load_module
+from kernel_helpers import ROOT, load_module, swapab_partial_sums
 
 FAMILY = ROOT / "prompts/kernels/skinny_gemm/swapab.py.j2"
 
@@ -85,22 +85,8 @@ def emulate(m, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """The kernel's sums: per (rank, warp) slice an fp32 partial over its K blocks in order
     (lane k permutation 8t + 4s + q covers each 32-block once), then the owner's sum over
     (rank, warp) in order, one bf16 rounding; rows/tokens past the edges are dropped."""
-    B, K = x.shape
-    N = w.shape[0]
-    p = m.plan(K, N)
-    xf, wf = x.float(), w.float()
-    perm = torch.tensor([8 * t + 4 * s + q for t in range(4) for s in range(2) for q in range(4)])
-    assert sorted(perm.tolist()) == list(range(32))
-    unroll = m.UNROLL if B <= m.SMALL_M else m.UNROLL_LARGE
-    wpad = torch.cat([wf, wf[-1:].expand(p.n_blocks * m.ROWS - N, K)])  # rows past N read row N-1
-    total = torch.zeros(B, p.n_blocks * m.ROWS)
-    for rank in range(p.ck):
-        for warp in range(m.WARPS):
-            blocks = m.slice_blocks(p, rank, warp, unroll)
-            if blocks:
-                cols = (torch.tensor(blocks)[:, None] * 32 + perm).flatten()
-                total += xf[:, cols] @ wpad[:, cols].t()
-    return total[:, :N].to(torch.bfloat16)
+    return swapab_partial_sums(m, x, w, lambda p, unroll: (m.slice_blocks(p, rank, warp, unroll)
+                                                            for rank in range(p.ck) for warp in range(m.WARPS)))
 
 
 @pytest.mark.parametrize("params_json", _modules())

@@ -17,7 +17,7 @@ from harness.compare import compare
 from harness.opdef import Point
 from reference_impls.skinny_gemm import SHAPE_NAMES, gemm_kn
 
-from conftest import ROOT, load_module
+from kernel_helpers import ROOT, load_module, swapab_partial_sums
 
 FAMILIES = ROOT / "prompts/kernels/skinny_gemm"
 
@@ -98,19 +98,7 @@ def emulate(m, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """The kernel's sums: per cluster rank an fp32 partial over its K blocks (lane k permutation
     8t + 4s + q covers each 32-block once), then the owner's sum over ranks in rank order, one
     bf16 rounding; rows past N (clamped loads) and tokens past B are dropped."""
-    B, K = x.shape
-    N = w.shape[0]
-    p = m.plan(K, N)
-    xf, wf = x.float(), w.float()
-    perm = torch.tensor([8 * t + 4 * s + q for t in range(4) for s in range(2) for q in range(4)])
-    assert sorted(perm.tolist()) == list(range(32))
-    unroll = m.UNROLL if B <= m.SMALL_M else m.UNROLL_LARGE
-    wpad = torch.cat([wf, wf[-1:].expand(p.n_blocks * m.ROWS - N, K)])
-    total = torch.zeros(B, p.n_blocks * m.ROWS)
-    for rank in range(p.ck):
-        cols = (torch.tensor(m.rank_blocks(p, rank, unroll))[:, None] * 32 + perm).flatten()
-        total += xf[:, cols] @ wpad[:, cols].t()
-    return total[:, :N].to(torch.bfloat16)
+    return swapab_partial_sums(m, x, w, lambda p, unroll: (m.rank_blocks(p, rank, unroll) for rank in range(p.ck)))
 
 
 @pytest.mark.parametrize("params_json", _params())

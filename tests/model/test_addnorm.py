@@ -10,6 +10,7 @@ from harness.errors import UserError
 from harness.model import PRESETS, DecodeCache, K3Decoder, Residual, get_config, init_weights
 from harness.model.config import gate_model_config
 from harness.registry import KernelScope, Outcome, Reason, Registry
+from graph_checks import assert_graph_step_matches_eager
 
 CFG = get_config("tiny-addnorm")
 CPU_TP1 = KernelScope(archs=("cpu",), tp=(1,), batch=(1, 64), dtypes=("bf16",))
@@ -173,17 +174,7 @@ def test_checkpoint_loader_refuses_addnorm_configs(tmp_path, addnorm_weights):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_addnorm_cuda_graph_step_matches_eager():
-    from harness.model.graph import GraphedStep
-
     reg = Registry()
     model = K3Decoder(CFG, init_weights(CFG, 0, "cuda"), reg)
-    prompts = [[257, 1, 2, 3], [257, 4]]
-    caches = [DecodeCache.allocate(CFG, 2, 16, "cuda") for _ in range(2)]
-    logits = [model.prefill(prompts, c) for c in caches]
-    graphed = GraphedStep(model, caches[1])
-    for _ in range(3):
-        tok = logits[0].argmax(-1)
-        logits[0] = model.step(tok, caches[0])
-        logits[1] = graphed(tok, caches[1]).clone()
-        torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=0)
+    assert_graph_step_matches_eager(model, CFG, steps=3)
     assert _counts(reg, "add_rmsnorm") > 0 and _counts(reg, "attn_res") == 0

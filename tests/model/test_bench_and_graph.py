@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from graph_checks import assert_graph_step_matches_eager
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,19 +46,10 @@ def test_bench_layers_on_off_table(tmp_path, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_graph_step_matches_eager():
-    from harness.model import DecodeCache, K3Decoder, get_config, init_weights
-    from harness.model.graph import GraphedStep
+    from harness.model import K3Decoder, get_config, init_weights
     from harness.registry import Registry
 
     cfg = get_config("tiny")
     model = K3Decoder(cfg, init_weights(cfg, 0, "cuda"), Registry())
-    prompts = [[257, 1, 2, 3], [257, 4]]
-    caches = [DecodeCache.allocate(cfg, 2, 16, "cuda") for _ in range(2)]
-    logits = [model.prefill(prompts, c) for c in caches]
-    graphed = GraphedStep(model, caches[1])
-    for _ in range(4):
-        tok = logits[0].argmax(-1)
-        logits[0] = model.step(tok, caches[0])
-        logits[1] = graphed(tok, caches[1]).clone()
-        torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=0)
+    caches = assert_graph_step_matches_eager(model, cfg, steps=4)
     assert torch.equal(caches[0].lens, caches[1].lens)

@@ -1,0 +1,66 @@
+"""Helpers the kernel tests share: a plain module with a unique name, imported directly (not
+through `conftest`, which names another folder's module when several test folders are
+collected together, e.g. `pytest tests/kernels tests/model`)."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def check_attn_res_on_strided_blocks(mod, label: str, nbs, batches, seed) -> None:
+    """On the GPU: an attn_res kernel module at each block count nb, on the decoder's strided
+    view (rows nb..7 of a [B, 8, H] buffer NaN, so a read past nb shows) and on compact blocks,
+    against the reference (harness.compare). `seed(nb, batch)` seeds the inputs."""
+    import torch
+
+    import reference_impls
+    from harness.compare import compare
+    from harness.opdef import Point
+
+    defn = reference_impls.get("attn_res")
+    for nb in nbs:
+        compiled = mod.compile(8, "--enable-tvm-ffi", shape=f"nb{nb}")
+        for batch in batches:
+            point = Point(batch=batch, tp=8, shape=f"nb{nb}")
+            inp = defn.make_inputs(point, torch.Generator().manual_seed(seed(nb, batch)), "cuda")
+            ref = defn.run_reference(inp)
+            buf = torch.full((batch, 8, inp["blocks"].shape[-1]), float("nan"), dtype=torch.bfloat16, device="cuda")
+            buf[:, :nb] = inp["blocks"]
+            for blocks in (buf[:, :nb], inp["blocks"]):
+                outs = defn.alloc_outputs(point, "cuda", poison=True)
+                mod.launch(compiled, **dict(inp, blocks=blocks), **outs)
+                torch.cuda.synchronize()
+                res = compare(defn, outs, ref, inp)
+                assert res.ok, f"{label} nb{nb} B={batch} stride {blocks.stride()}: {res.summary()}"
+
+
+def swapab_partial_sums(m, x, w, slices):
+    """A skinny_gemm swap-AB module's sums, emulated: each K-block list of `slices(plan,
+    unroll)` (in the kernel's summation order) is one fp32 partial over its 32-wide blocks
+    (lane k reads column 8t + 4s + q of a block: each column once), summed in that order, one
+    bf16 rounding at the end; rows past N read row N-1 (clamped loads) and are dropped."""
+    import torch
+
+    B, K = x.shape
+    N = w.shape[0]
+    p = m.plan(K, N)
+    xf, wf = x.float(), w.float()
+    perm = torch.tensor([8 * t + 4 * s + q for t in range(4) for s in range(2) for q in range(4)])
+    assert sorted(perm.tolist()) == list(range(32))
+    unroll = m.UNROLL if B <= m.SMALL_M else m.UNROLL_LARGE
+    wpad = torch.cat([wf, wf[-1:].expand(p.n_blocks * m.ROWS - N, K)])
+    total = torch.zeros(B, p.n_blocks * m.ROWS)
+    for blocks in slices(p, unroll):
+        if blocks:
+            cols = (torch.tensor(blocks)[:, None] * 32 + perm).flatten()
+            total += xf[:, cols] @ wpad[:, cols].t()
+    return total[:, :N].to(torch.bfloat16)
