@@ -27,6 +27,23 @@ def test_family_default_renders_valid_python(op):
         Scope.from_json(fam.scope)
 
 
+@pytest.mark.parametrize("op", OPS)
+def test_family_renders_pass_the_static_check(op):
+    """What the agent renders from any family, and every committed candidate of the op, passes
+    the static gate (a template importing reference_impls once made every skinny_gemm
+    candidate unpromotable while it still compiled and benchmarked)."""
+    from harness.toolchain.static_check import check_candidate, check_source, launch_tensor_names
+
+    names = launch_tensor_names(op)
+    for fam in load_families(op, ROOT / "prompts"):
+        for params in (fam.start(), *fam.configs()[:3]):
+            rep = check_source(fam.render(params), names)
+            assert rep.ok, (fam.name, params, [f.message for f in rep.findings])
+    for meta in sorted((ROOT / "kernels_generated" / op).glob("*/candidate.json")):
+        rep = check_candidate(load_candidate(op, meta.parent))
+        assert rep.ok, (meta.parent.name, [f.message for f in rep.findings])
+
+
 def test_human_candidates_match_their_render(human_points):
     from harness.agent.families import load_family
 

@@ -33,7 +33,31 @@ from cutlass import BFloat16, Float32, Int32, const_expr
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from reference_impls.skinny_gemm import DEFAULT_SHAPE, gemm_kn
+# (K, N) of every per-rank bf16 GEMM of a K3 decode step, by TP: the kernel's own copy of the
+# table (a kernel may not import the reference; tests/kernels/test_skinny_shapes.py checks it
+# equals reference_impls/skinny_gemm.SHAPES). "" names latent_down.
+DEFAULT_SHAPE = "latent_down"
+GEMM_KN = {
+    8: {"kda_in_proj": (7168, 6288), "kda_f_b": (128, 1536), "kda_o_proj": (1536, 7168),
+        "mla_qkv_a": (7168, 2112), "mla_q_b": (1536, 2304), "mla_g_proj": (7168, 1536),
+        "mla_o_proj": (1536, 7168), "latent_down": (7168, 3584), "shared_gate_up": (7168, 1536),
+        "shared_down": (768, 7168), "latent_up": (3584, 7168), "dense_gate_up": (7168, 8448),
+        "dense_down": (4224, 7168)},
+    16: {"kda_in_proj": (7168, 3216), "kda_f_b": (128, 768), "kda_o_proj": (768, 7168),
+         "mla_qkv_a": (7168, 2112), "mla_q_b": (1536, 1152), "mla_g_proj": (7168, 768),
+         "mla_o_proj": (768, 7168), "latent_down": (7168, 3584), "shared_gate_up": (7168, 768),
+         "shared_down": (384, 7168), "latent_up": (3584, 7168), "dense_gate_up": (7168, 4224),
+         "dense_down": (2112, 7168)},
+}
+
+
+def gemm_kn(shape: str, tp: int) -> tuple[int, int]:
+    """(K, N) of the named GEMM at TP `tp`."""
+    kn = GEMM_KN.get(tp, {}).get(shape or DEFAULT_SHAPE)
+    if kn is None:
+        raise ValueError(f"no K3 GEMM '{shape}' at TP{tp}")
+    return kn
+
 
 VEC = 8                                   # bf16 per 16-byte load
 M_TILES = 1                   # 16-row MMA tiles per CTA (every warp holds all of them)
@@ -251,7 +275,7 @@ class SmallLarge:
 
 def compile(tp: int, options: str, shape: str = "", **static):
     """K and N are compile-time (the named shape at this TP); batch is symbolic."""
-    k, n = gemm_kn(shape or DEFAULT_SHAPE, tp)
+    k, n = gemm_kn(shape, tp)
     p = plan(k, n)
     return SmallLarge(_compile_one(SkinnyGemm, p, SMALL_M // 8, UNROLL, options),
                       _compile_one(SkinnyGemmLarge, p, LARGE_M // 8, UNROLL_LARGE, options))

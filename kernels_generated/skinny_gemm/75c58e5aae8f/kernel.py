@@ -1,8 +1,8 @@
 """skinny_gemm candidate: weight-streaming swap-AB tensor-core GEMM, split-K over a CTA cluster.
 
 Rendered from prompts/kernels/skinny_gemm/swapab.py.j2 with
-    m_tiles=1 warps=4 unroll=4 unroll_large=2
-    ctas_target=264 max_cluster=8 small_m=8 pdl=False
+    m_tiles=1 warps=8 unroll=8 unroll_large=2
+    ctas_target=264 max_cluster=1 small_m=8 pdl=False
 
 Math (reference_impls/skinny_gemm.py): out[B, N] = x[B, K] @ W[N, K]^T, fp32 accumulate, bf16 out.
 Swap-AB: mma.sync.m16n8k16 (bf16 in, fp32 accumulate) with 16 weight rows on the MMA M axis and
@@ -17,8 +17,7 @@ m-tile) and x token g; elements 4s .. 4s+3 feed MMA k-step s in PTX fragment ord
 the same permuted k, a dot product is order-free). Rows past N read row N-1 (valid memory,
 results dropped); tokens past B read token B-1 (likewise).
 Reduction (deterministic): every warp writes its fp32 accumulators to shared memory; after a
-cluster barrier (release/acquire) the owner CTA of each accumulator (index % CK) sums the
-partials of all CK ranks (through DSMEM) and WARPS warps in (rank, warp) order and writes bf16.
+CTA barrier the partials of the WARPS warps are summed in warp order and writes bf16.
 Two kernels are compiled: B <= SMALL_M (one token chunk of SMALL_M) and B <= 64 (chunks of 64,
 UNROLL_LARGE); launch() picks one by x.shape[0].
 """
@@ -33,15 +32,39 @@ from cutlass import BFloat16, Float32, Int32, const_expr
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from reference_impls.skinny_gemm import DEFAULT_SHAPE, gemm_kn
+# (K, N) of every per-rank bf16 GEMM of a K3 decode step, by TP: the kernel's own copy of the
+# table (a kernel may not import the reference; tests/kernels/test_skinny_shapes.py checks it
+# equals reference_impls/skinny_gemm.SHAPES). "" names latent_down.
+DEFAULT_SHAPE = "latent_down"
+GEMM_KN = {
+    8: {"kda_in_proj": (7168, 6288), "kda_f_b": (128, 1536), "kda_o_proj": (1536, 7168),
+        "mla_qkv_a": (7168, 2112), "mla_q_b": (1536, 2304), "mla_g_proj": (7168, 1536),
+        "mla_o_proj": (1536, 7168), "latent_down": (7168, 3584), "shared_gate_up": (7168, 1536),
+        "shared_down": (768, 7168), "latent_up": (3584, 7168), "dense_gate_up": (7168, 8448),
+        "dense_down": (4224, 7168)},
+    16: {"kda_in_proj": (7168, 3216), "kda_f_b": (128, 768), "kda_o_proj": (768, 7168),
+         "mla_qkv_a": (7168, 2112), "mla_q_b": (1536, 1152), "mla_g_proj": (7168, 768),
+         "mla_o_proj": (768, 7168), "latent_down": (7168, 3584), "shared_gate_up": (7168, 768),
+         "shared_down": (384, 7168), "latent_up": (3584, 7168), "dense_gate_up": (7168, 4224),
+         "dense_down": (2112, 7168)},
+}
+
+
+def gemm_kn(shape: str, tp: int) -> tuple[int, int]:
+    """(K, N) of the named GEMM at TP `tp`."""
+    kn = GEMM_KN.get(tp, {}).get(shape or DEFAULT_SHAPE)
+    if kn is None:
+        raise ValueError(f"no K3 GEMM '{shape}' at TP{tp}")
+    return kn
+
 
 VEC = 8                                   # bf16 per 16-byte load
 M_TILES = 1                   # 16-row MMA tiles per CTA (every warp holds all of them)
-WARPS = 4
-UNROLL = 4                     # 32-col K blocks in flight per warp, small-B kernel
+WARPS = 8
+UNROLL = 8                     # 32-col K blocks in flight per warp, small-B kernel
 UNROLL_LARGE = 2         # the same for the B <= 64 kernel
 CTAS_TARGET = 264           # CK grows until ceil(N / ROWS) * CK reaches this
-MAX_CLUSTER = 8           # 8 = the portable cluster size limit
+MAX_CLUSTER = 1           # 8 = the portable cluster size limit
 SMALL_M = 8                   # largest B served by the small kernel (multiple of 8)
 LARGE_M = 64
 PDL = False
@@ -251,7 +274,7 @@ class SmallLarge:
 
 def compile(tp: int, options: str, shape: str = "", **static):
     """K and N are compile-time (the named shape at this TP); batch is symbolic."""
-    k, n = gemm_kn(shape or DEFAULT_SHAPE, tp)
+    k, n = gemm_kn(shape, tp)
     p = plan(k, n)
     return SmallLarge(_compile_one(SkinnyGemm, p, SMALL_M // 8, UNROLL, options),
                       _compile_one(SkinnyGemmLarge, p, LARGE_M // 8, UNROLL_LARGE, options))
