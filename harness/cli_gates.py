@@ -1,6 +1,7 @@
 """`harness gate`, `harness promote`, `harness demote`, `harness ci verify|promote`."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -63,6 +64,10 @@ def _check_model_config(name: str) -> None:
     get_config(preset, layers or None)
 
 
+def _log_gate_done(res) -> None:
+    print(f"harness gate: {res.gate} {res.verdict.value} after {res.duration_s:.1f} s", file=sys.stderr, flush=True)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("gate")
     def gate(op: str = typer.Argument(..., help="Op name, e.g. moe_router."),
@@ -94,7 +99,9 @@ def register(app: typer.Typer) -> None:
         _check_model_config(model_config)
         ctx = GateContext(op=op, candidate_id=cid, root=root, config=config, base=base, model_config=model_config)
         if json_out:
-            results = run_gates(ctx, chosen)
+            # stdout carries the JSON; a line per finished gate on stderr shows, in a log cut
+            # short by a timeout, which gates finished and how long each took
+            results = run_gates(ctx, chosen, on_done=_log_gate_done)
         else:
             from rich.progress import Progress
 

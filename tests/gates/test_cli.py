@@ -27,12 +27,15 @@ def _cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 def test_gate_cpu_gates_write_a_readonly_record(repo, capsys):
     root, cid = repo
-    code, out, _ = _cli(capsys, "gate", OP, cid, "--only", "isolation,static,numerics_unit,perf_sweep", "--json")
+    code, out, err = _cli(capsys, "gate", OP, cid, "--only", "isolation,static,numerics_unit,perf_sweep", "--json")
     assert code == 0
     rec = json.loads(out)
     verdicts = {g["gate"]: g["verdict"] for g in rec["gates"]}
     assert verdicts["isolation"] == "pass" and verdicts["static"] == "pass"
     assert verdicts["numerics_unit"] == "not_run" and verdicts["perf_sweep"] == "not_run"   # no GPU: never a pass
+    # one progress line per gate on stderr, in order (what a log cut short by a timeout shows)
+    assert [line.split()[2:4] for line in err.splitlines() if line.startswith("harness gate: ")] == \
+        [["isolation", "pass"], ["static", "pass"], ["numerics_unit", "not_run"], ["perf_sweep", "not_run"]]
     path = rec["record"]
     assert os.path.isfile(path) and not os.access(path, os.W_OK) or os.geteuid() == 0
     assert oct(os.stat(path).st_mode & 0o777) == "0o444"
