@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
         k: Optional[int] = typer.Option(None, "--candidates-per-round", help="Candidates drafted per round (default 3)."),
         budget_usd: Optional[float] = typer.Option(None, "--budget-usd", help="Stop drafting once LLM cost reaches this."),
         max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Stop drafting once this many LLM tokens are used."),
-        time_limit_s: Optional[float] = typer.Option(None, "--time-limit", help="Stop starting new work after this many seconds."),
+        time_limit_s: Optional[float] = typer.Option(None, "--time-limit", help="Stop starting new work (a round, the final gates) after this many seconds; a round under way finishes."),
         gpu: str = typer.Option("h200", "--gpu", help="GPU profile for the roofline and evaluation (h200, h100, b200, gb300)."),
         resume: Optional[str] = typer.Option(None, "--resume", help="Continue the run with this id (runs/<id>/)."),
         promote: bool = typer.Option(False, "--promote", help="Promote the best candidate if every gate passes."),

@@ -263,6 +263,10 @@ class Optimizer:
                 self._emit(EventKind.GATES, f"gates not run: {why}", candidate=None, ran=False, reason=why)
             elif not self.cfg.run_gates:
                 self._emit(EventKind.GATES, "gates skipped", candidate=best.id, ran=False, reason="disabled")
+            elif (spent := self.budget.exhausted()) is not None:
+                # the full gates take minutes on a GPU: never started past --time-limit (or a spent budget)
+                why = f"{spent.value}; gate it later: harness gate {self.cfg.op} {best.id}"
+                self._emit(EventKind.GATES, f"gates not run: {why}", candidate=best.id, ran=False, reason=why)
             else:
                 self.listener(f"running the full gates for {best.id}", self.state)
                 try:

@@ -154,6 +154,42 @@ def test_promote_without_a_verified_candidate_is_refused_and_recorded(project):
     assert _git(project, "branch", "--list", "promote/*") == ""
 
 
+class SlowVerifiedStages(VerifiedOnPaperStages):
+    """Verification that outlasts the run's --time-limit."""
+
+    def evaluate(self, cand) -> EvalInfo:
+        import time
+
+        time.sleep(1.2)
+        return super().evaluate(cand)
+
+
+def test_gates_are_not_started_past_the_time_limit(project):
+    """--time-limit stops new work: the full gates (minutes on a GPU) are not started once it
+    has passed; the GATES event and --promote say why and how to gate later."""
+    import harness.agent.gating as gating
+
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=3, candidates_per_round=1, archs=["sm_90a"],
+                         promote=True, retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1,
+                         time_limit_s=1.0)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(gating, "run_full_gates", lambda *a, **kw: pytest.fail("gates started past the time limit"))
+    try:
+        with ScriptedLLM([("reply", fenced(tiny_kernel()))]) as srv:
+            cfg.base_url = srv.url + "/v1"
+            opt = start(cfg, run_id="t-late", stages=SlowVerifiedStages())
+            st = opt.run()
+    finally:
+        mp.undo()
+    (cid,) = st.records                                  # rounds 2 and 3 never started either
+    summary = json.loads((opt.log.folder / "summary.json").read_text())
+    g = summary["gates"]
+    assert g["ran"] is False and g["candidate"] == cid
+    assert g["reason"] == f"time limit reached; gate it later: harness gate {OP} {cid}"
+    assert summary["promoted"]["ok"] is False and summary["promoted"]["reason"].startswith("gates not run: time limit")
+    assert not (project / "kernels_generated" / OP / cid / "evidence").exists()
+
+
 def _candidate_folder(root: Path, cid: str) -> None:
     d = root / "kernels_generated" / OP / cid
     d.mkdir(parents=True)
