@@ -21,6 +21,7 @@
 # command is gated over two. GATE_TIMEOUT_S caps each `harness gate` run (default 560 s).
 set -uo pipefail
 source scripts/gpu/setup.sh
+source scripts/gpu/gate_pr.sh
 OUT=${OUT:-/tmp/gate_out}
 mkdir -p "$OUT"
 export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
@@ -38,17 +39,18 @@ MODEL_CONFIG=${MODEL_CONFIG:-$(python3 -c 'import sys; from harness.model.config
   git status --porcelain | head -20
 } >>"$LOG" 2>&1
 
+start=$(git rev-parse --abbrev-ref HEAD)
 for cid in "${CANDS[@]}"; do
   dir="kernels_generated/$OP/$cid"
   mkdir -p "$OUT/$cid"
   base_args=()
+  pr=0
   if [ "${GATE_AS_PR:-1}" = 1 ] && git ls-files --error-unmatch "$dir/kernel.py" >/dev/null 2>&1; then
     # The candidate is already on main (committed with others' work). Gate it as the pull
     # request that brings it: on a throwaway branch, a base commit without the candidate's
     # folder, then a commit that adds exactly that folder; isolation diffs against the base.
-    git -c user.name=gate -c user.email=gate@localhost checkout -q -b "gate/$cid" 2>>"$LOG" || git checkout -q "gate/$cid"
-    git rm -rq "$dir" && git -c user.name=gate -c user.email=gate@localhost commit -qm "base: main without $cid"
-    git checkout HEAD~1 -- "$dir" && git -c user.name=gate -c user.email=gate@localhost commit -qm "candidate $cid"
+    gate_pr_begin "$dir" "$cid" 2>>"$LOG" || { echo "== $cid: could not make its PR branch" >>"$LOG"; continue; }
+    pr=1
     base_args=(--base HEAD~1)
     echo "== $cid: gated as a PR: base $(git rev-parse --short HEAD~1) (main without it), head adds only $dir" >>"$LOG"
   else
@@ -100,5 +102,7 @@ a = assess(Path.cwd(), sys.argv[1], sys.argv[2])
 print(json.dumps({"op": a.op, "candidate": a.candidate_id, "promotable": a.ok, "problems": a.problems,
                   "gates": a.gates}, indent=2, default=str))
 EOF
+  # back to the starting branch, the records committed on gate/<id>: the next candidate's tree is clean
+  [ "$pr" = 1 ] && { gate_pr_end "$dir" "$cid" "$start" >>"$LOG" 2>&1 || echo "== $cid: could not leave gate/$cid" >>"$LOG"; }
 done
 tail -60 "$LOG"
