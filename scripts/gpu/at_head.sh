@@ -1,12 +1,11 @@
 # Source on the lent GPU machine, from the checkout's root, instead of setup.sh when the run
-# must see exactly the committed HEAD (not the working tree as copied, with others' work in
-# progress), with a git history (the device copy's .git has no commits):
-#   here:    mkdir -p .snap && git archive --format=tar.gz -o .snap/head.tgz HEAD
-#   device:  source scripts/gpu/at_head.sh && <command>        (carry: .device, .whl, .snap)
-# Extracts HEAD into /tmp/head, links .device and .whl, commits the tree as branch main
-# (one snapshot commit: isolation's base, --promote's HEAD), cds there, sources setup.sh.
-# Without .snap/head.tgz (the carry is capped at 64 MiB) it copies the tree as it arrived:
-# then run it only from a clean checkout (`git status --porcelain` empty), where tree = HEAD.
+# must see exactly the committed HEAD with a git history (the device copy's .git has no commits):
+#   here:    commit everything (`git status --porcelain` empty): the tree that travels is HEAD
+#   device:  source scripts/gpu/at_head.sh && <command>        (carry: .device, .whl)
+# Copies the tree as it arrived into /tmp/head, links .device and .whl, commits it as branch
+# main (one snapshot commit: isolation's base, --promote's HEAD), cds there, sources setup.sh.
+# A .snap/head.tgz (`git archive --format=tar.gz -o .snap/head.tgz HEAD`, carried as .snap) is
+# extracted instead, for a tree with work in progress; it rarely fits the 64 MiB carry now.
 _src=$PWD
 rm -rf /tmp/head && mkdir -p /tmp/head || return 1
 if [ -f "$_src/.snap/head.tgz" ]; then

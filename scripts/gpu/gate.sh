@@ -2,7 +2,7 @@
 # Every fast-track gate on candidate(s) of one op, on the lent H200 (~5-6 min per candidate).
 #
 #   source scripts/gpu/at_head.sh && bash scripts/gpu/gate.sh OP CANDIDATE_ID [CANDIDATE_ID ...]
-#   run carry: [".device", ".whl", ".snap"]       (at_head.sh: the committed HEAD, with git history)
+#   run carry: [".device", ".whl"], from a clean committed tree (at_head.sh: HEAD, with git history)
 #   MODEL_CONFIG=preset[:layers] the K3 config of numerics_model and the layer A/B (every op);
 #     default k3-tp8-rank-addnorm for add_rmsnorm (the only decode path that calls it), else k3-tp8-rank
 #
