@@ -46,9 +46,7 @@ for cid in "${CANDS[@]}"; do
   base_args=()
   pr=0
   if [ "${GATE_AS_PR:-1}" = 1 ] && git ls-files --error-unmatch "$dir/kernel.py" >/dev/null 2>&1; then
-    # The candidate is already on main (committed with others' work). Gate it as the pull
-    # request that brings it: on a throwaway branch, a base commit without the candidate's
-    # folder, then a commit that adds exactly that folder; isolation diffs against the base.
+    # committed with others' work: gated as the PR that adds only its folder (gate_pr.sh)
     gate_pr_begin "$dir" "$cid" 2>>"$LOG" || { echo "== $cid: could not make its PR branch" >>"$LOG"; continue; }
     pr=1
     base_args=(--base HEAD~1)
