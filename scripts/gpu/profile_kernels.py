@@ -1,6 +1,6 @@
 """Per-kernel device time of the human candidates (and torch.compile) under CUDA-graph replay.
 
-    source scripts/gpu/setup.sh && python3 scripts/gpu/profile_kernels.py [--ops moe_router] [--batches 1,8,64]
+    source scripts/gpu/setup.sh && python3 scripts/gpu/profile_kernels.py [--ops moe_router] [--batches 1,8,64] [--candidates ffcc5b,...]
 
 For each candidate and batch: one CUDA graph of CALLS calls (inputs and weights rotated past
 3 x L2, as in bench_kernels.py), replayed under torch.profiler; prints and writes
@@ -56,7 +56,9 @@ def main() -> None:
     ap.add_argument("--ops", default="moe_router")
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--no-compile-baseline", action="store_true")
+    ap.add_argument("--candidates", default="", help="only candidates whose id starts with one of these")
     args = ap.parse_args()
+    only = tuple(c for c in args.candidates.split(",") if c)
     os.environ.setdefault("CUTE_DSL_ARCH", bk.arch_of_device())
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +69,7 @@ def main() -> None:
         result["ops"][op] = rec
         compiled_ref = None if args.no_compile_baseline else torch.compile(defn.reference)
         mods = {}
-        for c in bk.human_candidates(op):
+        for c in bk.human_candidates(op, only):
             try:
                 mods[c["label"]] = (bk.load_kernel(c["path"]), {})
             except Exception as exc:  # noqa: BLE001

@@ -1,7 +1,8 @@
-"""The mma_ctatopk family's CTA-per-token top-16, emulated in PyTorch on the CPU step by step
-(split-order partial sum, ordered-int keys, per-warp 16 rounds of lane argmax + redux max/min,
-rank merge of the 112 candidates, butterfly weight sum) with the rendered module's own
-`expert_of` / `ordered_key` / `cand_slot`, against the reference on adversarial inputs."""
+"""The CTA-per-token top-16 of the mma_ctatopk family (a second kernel, 7 warps) and of the
+mma_fused family (the tail of the GEMM kernel, its WARPS warps), emulated in PyTorch on the CPU
+step by step (split-order partial sum, ordered-int keys, per-warp 16 rounds of lane argmax +
+redux max/min, rank merge of the candidates, butterfly weight sum) with the rendered module's
+own `expert_of` / `ordered_key` / `cand_slot`, against the reference on adversarial inputs."""
 from __future__ import annotations
 
 import tempfile
@@ -17,14 +18,19 @@ from harness.opdef import Point
 from kernel_helpers import ROOT, load_module
 
 
-@pytest.fixture(scope="module")
-def cta_module():
+@pytest.fixture(scope="module", params=["mma_ctatopk", "mma_fused"])
+def cta_module(request):
     from harness.agent.families import load_family
 
-    fam = load_family(ROOT / "prompts/kernels/moe_router/mma_ctatopk.py.j2", "moe_router")
-    d = Path(tempfile.mkdtemp(prefix="router-ctatopk-"))
+    fam = load_family(ROOT / f"prompts/kernels/moe_router/{request.param}.py.j2", "moe_router")
+    d = Path(tempfile.mkdtemp(prefix=f"router-{request.param}-"))
     (d / "kernel.py").write_text(fam.render(fam.start()))
-    return load_module(d / "kernel.py", "router_ctatopk_default")
+    return load_module(d / "kernel.py", f"router_{request.param}_default")
+
+
+def topk_warps(m) -> int:
+    """Warps of one token's top-k: the top-k kernel's (ctatopk) or the whole GEMM CTA's (fused)."""
+    return m.TOPK_WARPS if hasattr(m, "TOPK_WARPS") else m.WARPS
 
 
 def emulate_topk(m, parts: torch.Tensor, bias: torch.Tensor):
@@ -41,9 +47,10 @@ def emulate_topk(m, parts: torch.Tensor, bias: torch.Tensor):
         ck = [0] * m.NCAND
         ci = [0] * m.NCAND
         cs = [0.0] * m.NCAND
-        for warp in range(m.TOPK_WARPS):
+        for warp in range(topk_warps(m)):
             lanes = [32 * warp + lane for lane in range(32)]
-            key = {t: [int(okey[b, m.expert_of(t, v)]) for v in range(m.EPT)] for t in lanes}
+            key = {t: [int(okey[b, m.expert_of(t, v)]) if m.expert_of(t, v) < m.E else m.INT_MIN  # past E: retired
+                       for v in range(m.EPT)] for t in lanes}
             for rnd in range(m.TOP_K):
                 best = {}
                 for t in lanes:                         # tree: strict '>' moves right, ties stay left
@@ -64,7 +71,7 @@ def emulate_topk(m, parts: torch.Tensor, bias: torch.Tensor):
                 key[t][j] = m.INT_MIN
                 slot = m.cand_slot(warp, rnd)
                 ck[slot], ci[slot], cs[slot] = top, bi, float(sc[b, bi])
-        assert sorted(ci) == sorted(set(ci))            # 112 distinct candidates
+        assert sorted(ci) == sorted(set(ci))            # NCAND distinct candidates
         sw = [0.0] * 32
         si = [0] * 32
         for i in range(m.NCAND):
@@ -121,13 +128,18 @@ def check_against_reference(m, logits: torch.Tensor, bias: torch.Tensor):
 
 def test_index_maps(cta_module):
     m = cta_module
-    ids = sorted(m.expert_of(t, v) for t in range(m.TOPK_THREADS) for v in range(m.EPT))
-    assert ids == list(range(m.E))
-    for warp in range(m.TOPK_WARPS):                   # warp w owns experts 128w .. 128w+127
-        own = {m.expert_of(32 * warp + l, v) for l in range(32) for v in range(m.EPT)}
-        assert own == set(range(128 * warp, 128 * (warp + 1)))
-    slots = sorted(m.cand_slot(w, r) for w in range(m.TOPK_WARPS) for r in range(m.TOP_K))
-    assert slots == list(range(m.NCAND))
+    nw = topk_warps(m)
+    ids = sorted(m.expert_of(t, v) for t in range(32 * nw) for v in range(m.EPT))
+    assert [i for i in ids if i < m.E] == list(range(m.E))     # every expert owned once
+    for warp in range(nw):                              # slots past E: a whole warp's or none
+        own = sum(m.expert_of(32 * warp + l, v) < m.E for l in range(32) for v in range(m.EPT))
+        assert own >= m.TOP_K
+        for v in range(m.EPT):
+            assert len({m.expert_of(32 * warp + l, v) >= m.E for l in range(32)}) == 1, (warp, v)
+    for t in range(32 * nw):                            # slot order is id order (the tie rule)
+        assert all(m.expert_of(t, v) < m.expert_of(t, v + 1) for v in range(m.EPT - 1))
+    slots = sorted(m.cand_slot(w, r) for w in range(nw) for r in range(m.TOP_K))
+    assert slots == list(range(m.NCAND)) and m.NCAND == 16 * nw
 
 
 def test_ordered_key_preserves_float_order(cta_module):
@@ -157,14 +169,14 @@ def test_all_keys_equal_gives_lowest_ids(cta_module):
 
 
 def test_equal_scores_across_warps(cta_module):
-    """Ties at the 16th key spread over all 7 warps; 16 winners also packed in one warp."""
+    """Ties at the 16th key spread over every warp; 16 winners also packed in one warp."""
     m = cta_module
     bias = torch.zeros(m.E)
     bias[[5, 130, 131, 260, 400, 401, 402, 520, 650, 780, 895, 127, 128, 255, 256]] = 1.0   # 15 winners
     bias[[3, 140, 300, 515, 700, 890, 1]] = 0.5        # tie for the 16th place across warps
     check_against_reference(m, torch.zeros(2, m.E), bias)
     bias2 = torch.zeros(m.E)
-    bias2[256:256 + 20] = torch.linspace(1.0, 2.0, 20)  # all of the top-16 in warp 2
+    bias2[256:256 + 20] = torch.linspace(1.0, 2.0, 20)  # all of the top-16 in one warp (ctatopk 2, fused 0)
     check_against_reference(m, torch.zeros(1, m.E), bias2)
 
 

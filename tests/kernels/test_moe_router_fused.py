@@ -1,0 +1,154 @@
+"""The mma_fused moe_router family: one kernel whose last B CTAs (by atomic ticket) wait for the
+whole GEMM grid and then each do one token's top-16 (the top-k itself is emulated in
+test_moe_router_ctatopk.py).
+
+CPU: every feasible point keeps the grid small enough to be resident at once (a waiting CTA must
+never hold the slot of a CTA that has not started) and has a ticket for every token; the
+compiled PTX takes one acq_rel ticket, spins on acquire loads and, with pdl, issues every weight
+load before griddepcontrol.wait.
+GPU (-m gpu): each committed candidate against the reference at B = 1..64 in a changing order,
+the counters back at zero after every call; back-to-back calls without a sync (PDL overlap); a
+CUDA graph of calls on rotating inputs replayed."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernel_helpers import ROOT, load_module
+
+FAMILY = "mma_fused"
+SMS_MIN = 132                  # H200; GB300 has more
+RESIDENT_PER_SM = 2            # <= 128 threads x 255 registers fits twice in 64K registers
+
+
+def _candidates() -> list[str]:
+    metas = sorted((ROOT / "kernels_generated/moe_router").glob("*/candidate.json"))
+    return [m.parent.name for m in metas
+            if (json.loads(m.read_text())["provenance"].get("template") or {}).get("family") == FAMILY]
+
+
+def _module(cid: str):
+    return load_module(ROOT / "kernels_generated/moe_router" / cid / "kernel.py", f"router_fused_{cid}")
+
+
+def test_there_are_committed_candidates():
+    assert _candidates()
+
+
+def test_every_point_fits_resident_and_has_a_ticket_per_token():
+    from harness.agent.families import load_family
+
+    fam = load_family(ROOT / f"prompts/kernels/moe_router/{FAMILY}.py.j2", "moe_router")
+    cfgs = fam.configs()
+    assert cfgs
+    for c in cfgs:
+        n_ctas = (896 // (16 * c["m_tiles"])) * c["cta_splits"]
+        assert 64 <= n_ctas <= SMS_MIN * RESIDENT_PER_SM, c
+        assert 32 * c["warps"] <= 128, c
+
+
+_PTX_PROBE = r'''
+import os, sys, importlib.util, pathlib, json
+spec = importlib.util.spec_from_file_location("k", sys.argv[1]); m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+m.compile(8, "--enable-tvm-ffi")
+ptx = "\n".join(p.read_text() for p in pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).rglob("*.ptx"))
+print(json.dumps({"pdl": m.PDL, "ptx": ptx}))
+'''
+
+
+@pytest.mark.parametrize("cid", _candidates())
+def test_ptx_has_the_ticket_protocol(cid, tmp_path):
+    env = dict(__import__("os").environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(ROOT / "kernels_generated/moe_router" / cid / "kernel.py")],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    ptx = res["ptx"]
+    assert len(re.findall(r"\.entry ", ptx)) == 1                       # one kernel
+    assert len(re.findall(r"atom\.global\.acq_rel\.add\.u32\s+%r\d+, \[%rd\d+\], 1;", ptx)) == 2   # ticket, done
+    assert re.search(r"atom\.global\.acquire\.add\.u32\s+%r\d+, \[%rd\d+\], 0;", ptx)             # the spin
+    assert ptx.count("fence.acq_rel.gpu") >= 2
+    if res["pdl"]:
+        head = ptx.split("griddepcontrol.wait")[0]
+        assert ptx.count("griddepcontrol.wait") == 1
+        # every weight vector of the warp (KB * M_TILES * 2 of them) is loaded before the wait
+        m = _module(cid)
+        assert head.count("ld.global.v4.b32") == m.KB * m.M_TILES * 2
+    else:
+        assert "griddepcontrol.wait" not in ptx
+
+
+def _check(defn, mod, outs, ref, inp, label):
+    from harness.compare import compare
+
+    res = compare(defn, outs, ref, inp)
+    assert res.ok, f"{label}: {res.summary()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cid", _candidates())
+def test_gpu_matches_reference_and_leaves_the_counters_zero(cid):
+    import reference_impls
+    from harness.opdef import Point
+
+    mod = _module(cid)
+    defn = reference_impls.get("moe_router")
+    compiled = mod.compile(8, "--enable-tvm-ffi")
+    batches = (1, 2, 64, 5, 8, 17, 33, 1, 64, 3)
+    for i, batch in enumerate(batches):
+        point = Point(batch=batch, tp=8)
+        inp = defn.make_inputs(point, torch.Generator().manual_seed(1000 + i), "cuda")
+        outs = defn.alloc_outputs(point, "cuda", poison=True)
+        mod.launch(compiled, **inp, **outs)
+        torch.cuda.synchronize()
+        _check(defn, mod, outs, defn.run_reference(inp), inp, f"{cid} call {i} B={batch}")
+        _, cnt = mod.workspace(inp["x"].device)
+        assert cnt.tolist() == [0, 0, 0, 0], (cid, batch, cnt.tolist())
+
+    # back to back without a sync (with pdl the next call starts while this one finishes)
+    runs = []
+    for i, batch in enumerate((64, 1, 64, 8, 64, 2) * 4):
+        point = Point(batch=batch, tp=8)
+        inp = defn.make_inputs(point, torch.Generator().manual_seed(2000 + i), "cuda")
+        outs = defn.alloc_outputs(point, "cuda", poison=True)
+        runs.append((inp, outs, batch))
+    for inp, outs, _ in runs:
+        mod.launch(compiled, **inp, **outs)
+    torch.cuda.synchronize()
+    for i, (inp, outs, batch) in enumerate(runs):
+        _check(defn, mod, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
+    assert mod.workspace(runs[0][0]["x"].device)[1].tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cid", _candidates())
+def test_gpu_cuda_graph_replay(cid):
+    import reference_impls
+    from harness.opdef import Point
+
+    mod = _module(cid)
+    defn = reference_impls.get("moe_router")
+    compiled = mod.compile(8, "--enable-tvm-ffi")
+    point = Point(batch=8, tp=8)
+    sets = [defn.make_inputs(point, torch.Generator().manual_seed(3000 + i), "cuda") for i in range(3)]
+    outs = [defn.alloc_outputs(point, "cuda", poison=True) for _ in sets]
+    mod.launch(compiled, **sets[0], **outs[0])          # eager first: the workspace exists before capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for inp, o in zip(sets, outs):
+            mod.launch(compiled, **inp, **o)
+    for _ in range(20):
+        g.replay()
+    torch.cuda.synchronize()
+    for i, (inp, o) in enumerate(zip(sets, outs)):
+        _check(defn, mod, o, defn.run_reference(inp), inp, f"{cid} graph call {i}")
+    assert mod.workspace(sets[0]["x"].device)[1].tolist() == [0, 0, 0, 0]
