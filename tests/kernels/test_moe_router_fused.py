@@ -5,10 +5,10 @@ test_moe_router_ctatopk.py).
 CPU: every feasible point keeps the grid small enough to be resident at once (a waiting CTA must
 never hold the slot of a CTA that has not started) and has a ticket for every token; the
 compiled PTX takes one acq_rel ticket, spins on acquire loads and, with pdl, issues every weight
-load before griddepcontrol.wait.
+load before griddepcontrol.wait; so does the GEMM of the mma_ctatopk_pf family (two kernels).
 GPU (-m gpu): each committed candidate against the reference at B = 1..64 in a changing order,
 the counters back at zero after every call; back-to-back calls without a sync (PDL overlap); a
-CUDA graph of calls on rotating inputs replayed."""
+CUDA graph of calls on rotating inputs replayed; mma_ctatopk_pf back to back."""
 from __future__ import annotations
 
 import json
@@ -22,14 +22,15 @@ import torch
 from kernel_helpers import ROOT, load_module
 
 FAMILY = "mma_fused"
+PREFETCH = "mma_ctatopk_pf"    # two kernels, the GEMM's weight loads before griddepcontrol.wait
 SMS_MIN = 132                  # H200; GB300 has more
 RESIDENT_PER_SM = 2            # <= 128 threads x 255 registers fits twice in 64K registers
 
 
-def _candidates() -> list[str]:
+def _candidates(family: str = FAMILY) -> list[str]:
     metas = sorted((ROOT / "kernels_generated/moe_router").glob("*/candidate.json"))
     return [m.parent.name for m in metas
-            if (json.loads(m.read_text())["provenance"].get("template") or {}).get("family") == FAMILY]
+            if (json.loads(m.read_text())["provenance"].get("template") or {}).get("family") == family]
 
 
 def _module(cid: str):
@@ -37,7 +38,7 @@ def _module(cid: str):
 
 
 def test_there_are_committed_candidates():
-    assert _candidates()
+    assert _candidates() and _candidates(PREFETCH)
 
 
 def test_every_point_fits_resident_and_has_a_ticket_per_token():
@@ -52,6 +53,14 @@ def test_every_point_fits_resident_and_has_a_ticket_per_token():
         assert 32 * c["warps"] <= 128, c
 
 
+def _ptx(cid: str, tmp_path) -> dict:
+    env = dict(__import__("os").environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(ROOT / "kernels_generated/moe_router" / cid / "kernel.py")],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 _PTX_PROBE = r'''
 import os, sys, importlib.util, pathlib, json
 spec = importlib.util.spec_from_file_location("k", sys.argv[1]); m = importlib.util.module_from_spec(spec)
@@ -64,11 +73,7 @@ print(json.dumps({"pdl": m.PDL, "ptx": ptx}))
 
 @pytest.mark.parametrize("cid", _candidates())
 def test_ptx_has_the_ticket_protocol(cid, tmp_path):
-    env = dict(__import__("os").environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(ROOT / "kernels_generated/moe_router" / cid / "kernel.py")],
-                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res = _ptx(cid, tmp_path)
     ptx = res["ptx"]
     assert len(re.findall(r"\.entry ", ptx)) == 1                       # one kernel
     assert len(re.findall(r"atom\.global\.acq_rel\.add\.u32\s+%r\d+, \[%rd\d+\], 1;", ptx)) == 2   # ticket, done
@@ -82,6 +87,19 @@ def test_ptx_has_the_ticket_protocol(cid, tmp_path):
         assert head.count("ld.global.v4.b32") == m.KB * m.M_TILES * 2
     else:
         assert "griddepcontrol.wait" not in ptx
+
+
+@pytest.mark.parametrize("cid", _candidates(PREFETCH))
+def test_prefetch_ptx_loads_weights_before_the_wait(cid, tmp_path):
+    ptx = _ptx(cid, tmp_path)["ptx"]
+    entries = re.split(r"\.entry ", ptx)[1:]
+    assert len(entries) == 2
+    gemm = next(e for e in entries if e.startswith("kernel_cutlass_gemm"))
+    topk = next(e for e in entries if e.startswith("kernel_cutlass_topk"))
+    m = _module(cid)
+    assert gemm.count("griddepcontrol.wait") == 1
+    assert gemm.split("griddepcontrol.wait")[0].count("ld.global.v4.b32") == m.KB * m.M_TILES * 2
+    assert topk.index("griddepcontrol.launch_dependents") < topk.index("griddepcontrol.wait")
 
 
 def _check(defn, mod, outs, ref, inp, label):
@@ -125,6 +143,29 @@ def test_gpu_matches_reference_and_leaves_the_counters_zero(cid):
     for i, (inp, outs, batch) in enumerate(runs):
         _check(defn, mod, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
     assert mod.workspace(runs[0][0]["x"].device)[1].tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cid", _candidates(PREFETCH))
+def test_gpu_prefetch_back_to_back(cid):
+    """Calls without a sync: each GEMM may start while the call before is in its top-k."""
+    import reference_impls
+    from harness.opdef import Point
+
+    mod = _module(cid)
+    defn = reference_impls.get("moe_router")
+    compiled = mod.compile(8, "--enable-tvm-ffi")
+    runs = []
+    for i, batch in enumerate((64, 1, 64, 8, 64, 2) * 4):
+        point = Point(batch=batch, tp=8)
+        runs.append((defn.make_inputs(point, torch.Generator().manual_seed(4000 + i), "cuda"),
+                     defn.alloc_outputs(point, "cuda", poison=True), batch))
+    for inp, outs, _ in runs:
+        mod.launch(compiled, **inp, **outs)
+    torch.cuda.synchronize()
+    for i, (inp, outs, batch) in enumerate(runs):
+        _check(defn, mod, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
 
 
 @pytest.mark.gpu
