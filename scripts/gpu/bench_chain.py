@@ -40,7 +40,7 @@ def candidate(op: str, prefix: str) -> tuple[str, object]:
     hits = sorted(p for p in (ROOT / "kernels_generated" / op).iterdir() if p.name.startswith(prefix))
     if len(hits) != 1:
         raise SystemExit(f"bench_chain: {op} candidate prefix '{prefix}' matches {len(hits)} folders")
-    return hits[0].name, bk.load_kernel(str(hits[0] / "kernel.py"))
+    return hits[0].name, bk.load_kernel(str(hits[0]))
 
 
 def main() -> None:
