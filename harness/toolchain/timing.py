@@ -4,6 +4,12 @@
 - inputs and weights rotated through enough copies that the rotation exceeds L2 by a factor
   (60 MB on H200), so no call is served from cache;
 - warm-up before capture; the median of repeated replays and the spread (p10..p90);
+- a separator between calls: a one-element torch kernel (no programmatic-dependent-launch
+  trigger) precedes every call in the graph and its own time, measured alone in the same
+  interleaving, is subtracted. Without it a kernel launched with PDL overlaps the previous
+  call of itself (its weight loads run during that call's tail), which no decode step does:
+  on the H200 a router whose GEMM prefetches weights measured 1.37x faster back to back but
+  1.03x faster after the real kernel before it (results/h200/session5/);
 - several implementations measured interleaved in one process on one GPU, in the order
   A B B A (ABC CBA for three), so that drift (clocks, temperature) hits all alike;
 - the roofline fraction from the op's byte formula over a bandwidth measured on the same
@@ -103,10 +109,18 @@ def measure_bandwidth(n_bytes: int = COPY_BENCH_BYTES, repeats: int = 20) -> flo
     return 2 * n_bytes / statistics.median(times)
 
 
-def capture_graph(fn: Callable[[int], None], n_sets: int, calls: int, warmup: int = 3):
+def capture_graph(fn: Callable[[int], None], n_sets: int, calls: int, warmup: int = 3,
+                  separator: Callable[[], None] | None = None):
     """Warm `fn(set_index)` up on a side stream, then capture `calls` calls cycling through
-    the sets into one CUDA graph."""
+    the sets into one CUDA graph; `separator()` (if given) is captured before each call."""
     import torch
+
+    if separator is not None:
+        inner = fn
+
+        def fn(i: int) -> None:
+            separator()
+            inner(i)
 
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
@@ -123,14 +137,26 @@ def capture_graph(fn: Callable[[int], None], n_sets: int, calls: int, warmup: in
     return g
 
 
+SEPARATOR = "_separator"          # the separator alone, timed with the others, then subtracted
+
+
 def time_interleaved(impls: dict[str, Callable[[int], None]], n_sets: int, calls_per_graph: int = 100,
-                     rounds: int = 10, warmup: int = 3) -> dict[str, TimingStats]:
+                     rounds: int = 10, warmup: int = 3, separate: bool = True) -> dict[str, TimingStats]:
     """Time each implementation `fn(set_index)` by CUDA-graph replay, interleaved A B B A.
-    Each replay runs calls_per_graph calls; a sample is replay time / calls (us per call)."""
+    Each replay runs calls_per_graph calls; a sample is replay time / calls (us per call).
+    With `separate` (the default) every call follows a separator kernel, and the separator's
+    median per call, timed alone in the same interleaving, is subtracted from each sample."""
     import torch
 
-    names = list(impls)
-    graphs = {n: capture_graph(impls[n], n_sets, calls_per_graph, warmup) for n in names}
+    sep_buf = torch.zeros(1, dtype=torch.int32, device="cuda") if separate else None
+    separator = (lambda: sep_buf.add_(1)) if separate else None
+    runs = dict(impls)
+    if separate:
+        if SEPARATOR in runs:
+            raise ValueError(f"time_interleaved: '{SEPARATOR}' is a reserved name")
+        runs[SEPARATOR] = lambda i: None
+    names = list(runs)
+    graphs = {n: capture_graph(runs[n], n_sets, calls_per_graph, warmup, separator) for n in names}
     for n in names:                    # one untimed replay each: first-replay upload costs
         graphs[n].replay()
     torch.cuda.synchronize()
@@ -144,4 +170,11 @@ def time_interleaved(impls: dict[str, Callable[[int], None]], n_sets: int, calls
         b.synchronize()
         samples[n].append(a.elapsed_time(b) * 1e3 / calls_per_graph)
     del graphs
-    return {n: summarize(v) for n, v in samples.items()}
+    return subtract_separator(samples) if separate else {n: summarize(v) for n, v in samples.items()}
+
+
+def subtract_separator(samples: dict[str, list[float]]) -> dict[str, TimingStats]:
+    """Per-call samples of separator + impl -> impl alone: each sample minus the separator's
+    median (its own samples are dropped from the result)."""
+    sep = statistics.median(samples[SEPARATOR])
+    return {n: summarize([v - sep for v in vals]) for n, vals in samples.items() if n != SEPARATOR}

@@ -70,3 +70,7 @@ def test_timing_interleaves_and_measures_bandwidth():
     stats = time_interleaved({"small": lambda i: a[:1024].add_(0), "big": lambda i: a.add_(0)}, n_sets=1,
                              calls_per_graph=20, rounds=3)
     assert stats["big"].median_us > stats["small"].median_us
+    # the separator is subtracted: a call that launches nothing costs ~0, not a kernel's time
+    nothing = time_interleaved({"nothing": lambda i: None, "small": lambda i: a[:1024].add_(0)}, n_sets=1,
+                               calls_per_graph=20, rounds=3)
+    assert abs(nothing["nothing"].median_us) < 0.3 < nothing["small"].median_us

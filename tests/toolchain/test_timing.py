@@ -1,7 +1,8 @@
 """The CPU-testable parts of the timing library."""
 import pytest
 
-from harness.toolchain.timing import interleave_order, rotation_copies, roofline_fraction, summarize
+from harness.toolchain.timing import (SEPARATOR, interleave_order, rotation_copies, roofline_fraction,
+                                     subtract_separator, summarize)
 
 
 def test_interleave_is_abba_and_balanced():
@@ -36,3 +37,10 @@ def test_roofline_fraction():
     # 3.6 MB at 3.6 TB/s is 1 us: a 2 us kernel runs at half the floor
     assert roofline_fraction(3_600_000, 3.6e12, 2.0) == pytest.approx(0.5)
     assert roofline_fraction(1, 1.0, 0.0) != roofline_fraction(1, 1.0, 0.0)   # NaN for no time
+
+
+def test_the_separator_median_is_subtracted_from_every_sample():
+    got = subtract_separator({SEPARATOR: [2.0, 9.0, 2.2, 1.8, 2.1], "a": [5.0, 5.5, 4.0], "b": [2.5]})
+    assert set(got) == {"a", "b"}                               # the separator is not a result
+    assert got["a"].median_us == pytest.approx(5.0 - 2.1) and got["a"].min_us == pytest.approx(4.0 - 2.1)
+    assert got["b"].median_us == pytest.approx(2.5 - 2.1) and got["b"].n_samples == 1
