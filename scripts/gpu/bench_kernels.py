@@ -63,6 +63,16 @@ def human_candidates(op: str, only: tuple[str, ...] = ()) -> list[dict]:
     return out
 
 
+def static_verdict(op: str, folder: str) -> str:
+    """The static gate's code policy on a candidate ("ok" or the first finding): benchmarks load
+    kernel modules directly, so a candidate the static gate would refuse is flagged here."""
+    from harness.toolchain.candidate import load_candidate
+    from harness.toolchain.static_check import check_candidate
+
+    rep = check_candidate(load_candidate(op, Path(folder)))
+    return "ok" if rep.ok else "REJECT: " + "; ".join(str(f) for f in rep.findings[:2])
+
+
 def load_kernel(path: str):
     spec = importlib.util.spec_from_file_location(f"cand_{Path(path).name}", Path(path) / "kernel.py")
     mod = importlib.util.module_from_spec(spec)
@@ -162,7 +172,8 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
     rec: dict = {"op": op, "candidates": {}, "rows": []}
     loaded: dict[str, tuple] = {}
     for c in cands:
-        info = {"id": c["id"], "template": c["provenance"].get("template"), "compile": {}, "check": {}}
+        info = {"id": c["id"], "template": c["provenance"].get("template"), "compile": {}, "check": {},
+                "static": static_verdict(op, c["path"])}
         rec["candidates"][c["label"]] = info
         try:
             mod = load_kernel(c["path"])
@@ -262,7 +273,9 @@ def print_table(rec: dict) -> None:
     for lb, info in rec["candidates"].items():
         bad = {p: c["summary"] for p, c in info["check"].items() if not c["ok"]}
         status = "all points correct" if info["check"] and not bad else f"{len(bad)} failing points"
-        print(f"  {lb} ({info['id']}): {status}" + (f"; error {info['error']}" if "error" in info else ""))
+        static = info.get("static", "ok")
+        print(f"  {lb} ({info['id']}): {status}" + (f"; error {info['error']}" if "error" in info else "")
+              + ("" if static == "ok" else f"; static gate {static}"))
         for p, s in list(bad.items())[:4]:
             print(f"     {p}: {s[:200]}")
 

@@ -74,3 +74,21 @@ def test_attn_res_scope_filter_and_static_key(bench):
         assert all(bench.in_scope(c, p) for c in cands)
         assert bench.static_for(ar, p) == {"shape": p.shape}
     assert not bench.in_scope(cands[0], Point(batch=1, tp=8, shape="nb9"))
+
+
+def test_static_verdict_flags_what_the_static_gate_refuses(bench, tmp_path):
+    ok_dir = ROOT / "kernels_generated/moe_router/ffcc5bb693af"
+    assert bench.static_verdict("moe_router", str(ok_dir)) == "ok"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    import json
+
+    from harness.toolchain.candidate import Scope, candidate_id
+
+    meta = json.loads((ok_dir / "candidate.json").read_text())
+    src = (ok_dir / "kernel.py").read_text().replace("import torch\n", "import torch\nimport reference_impls\n", 1)
+    meta["id"] = candidate_id(src, Scope.from_json(meta["scope"]))     # a valid candidate, just unpromotable
+    (bad / "kernel.py").write_text(src)
+    (bad / "candidate.json").write_text(json.dumps(meta))
+    verdict = bench.static_verdict("moe_router", str(bad))
+    assert verdict.startswith("REJECT") and "reference_impls" in verdict
