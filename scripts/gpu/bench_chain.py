@@ -4,11 +4,11 @@ CUDA-graph replay. Answers whether a router's PDL weight prefetch still pays whe
 before it is not another router call (bench_kernels.py times back-to-back calls of one op).
 
     source scripts/gpu/setup.sh && python3 scripts/gpu/bench_chain.py [--routers ffcc5b,fd8cb4] \
-        [--batches 1,8,64] [--nb 4] [--rounds 10]
+        [--attn ID_PREFIX] [--batches 1,8,64] [--nb 4] [--rounds 10]
 
 Per batch: us per (attn_res, router) pair for each router and for attn_res alone, interleaved
 A B B A in one process (timing.time_interleaved), inputs and weights rotated past L2; the
-router's share is pair minus attn_res alone. Writes $OUT/bench_chain.json.
+router's share is pair minus attn_res alone. Writes $OUT/bench_chain[_<attn id>].json.
 """
 from __future__ import annotations
 
@@ -46,6 +46,7 @@ def candidate(op: str, prefix: str) -> tuple[str, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description="attn_res -> moe_router chain under CUDA graphs")
     ap.add_argument("--routers", default="", help="router candidate id prefixes (default: the promoted one)")
+    ap.add_argument("--attn", default="", help="attn_res candidate id prefix (default: the promoted one)")
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--nb", type=int, default=4, help="attn_res block count (shape nbN)")
     ap.add_argument("--rounds", type=int, default=10)
@@ -54,7 +55,7 @@ def main() -> None:
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
     ar_def, rt_def = reference_impls.get("attn_res"), reference_impls.get("moe_router")
-    ar_id, ar_mod = candidate("attn_res", promoted_id("attn_res"))
+    ar_id, ar_mod = candidate("attn_res", args.attn or promoted_id("attn_res"))
     routers = [candidate("moe_router", p) for p in (args.routers.split(",") if args.routers else [promoted_id("moe_router")])]
     result: dict = {"device": torch.cuda.get_device_name(), "attn_res": ar_id, "nb": args.nb, "rows": []}
     rt_ref = torch.compile(rt_def.reference)
@@ -85,7 +86,8 @@ def main() -> None:
                                      for k, v in row["us"].items()), flush=True)
         del ar_sets, ar_outs, rt_sets, rt_outs
         torch.cuda.empty_cache()
-    (out_dir / "bench_chain.json").write_text(json.dumps(result, indent=1))
+    name = "bench_chain.json" if not args.attn else f"bench_chain_{ar_id[:6]}.json"
+    (out_dir / name).write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":
