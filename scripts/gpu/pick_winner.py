@@ -13,6 +13,30 @@ import math
 import sys
 
 
+def pick(rec: dict, incumbent: str, min_geomean: float = 1.07, max_slower: float = 0.03) -> tuple[str | None, list[str]]:
+    """rec: one op's record of a bench_kernels JSON; incumbent: an id prefix. Returns (the winner's
+    id or None, one line per other candidate)."""
+    ids = {label: info["id"] for label, info in rec["candidates"].items()}
+    inc = next((lb for lb, cid in ids.items() if cid.startswith(incumbent)), None)
+    if inc is None:
+        raise SystemExit(f"pick_winner: incumbent '{incumbent}' is not in the benchmark")
+    best, lines = (0.0, None), []
+    for label, cid in ids.items():
+        if label == inc:
+            continue
+        ratios = [row["times"][inc]["median_us"] / row["times"][label]["median_us"] for row in rec["rows"]
+                  if "median_us" in row["times"].get(label, {}) and "median_us" in row["times"].get(inc, {})]
+        if not ratios or len(ratios) < len(rec["rows"]):
+            lines.append(f"{label} ({cid}): missing rows")
+            continue
+        gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        ok = gm >= min_geomean and min(ratios) >= 1 - max_slower
+        lines.append(f"{label} ({cid}): geomean {gm:.3f}, worst row {min(ratios):.3f}{' *' if ok else ''}")
+        if ok and gm > best[0]:
+            best = (gm, cid)
+    return best[1], lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("bench_json")
@@ -21,28 +45,12 @@ def main() -> None:
     ap.add_argument("--min-geomean", type=float, default=1.07)
     ap.add_argument("--max-slower", type=float, default=0.03, help="allowed slowdown at any one row")
     a = ap.parse_args()
-    rec = json.load(open(a.bench_json))["ops"][a.op]
-    ids = {label: info["id"] for label, info in rec["candidates"].items()}
-    inc = next(lb for lb, cid in ids.items() if cid.startswith(a.incumbent))
-    best = (0.0, None)
-    for label, cid in ids.items():
-        if label == inc:
-            continue
-        ratios = []
-        for row in rec["rows"]:
-            t = row["times"]
-            if "median_us" in t.get(label, {}) and "median_us" in t.get(inc, {}):
-                ratios.append(t[inc]["median_us"] / t[label]["median_us"])
-        if not ratios or len(ratios) < len(rec["rows"]):
-            print(f"{label}: missing rows", file=sys.stderr)
-            continue
-        gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
-        ok = gm >= a.min_geomean and min(ratios) >= 1 - a.max_slower
-        print(f"{label} ({cid}): geomean {gm:.3f}, worst row {min(ratios):.3f}{' *' if ok else ''}", file=sys.stderr)
-        if ok and gm > best[0]:
-            best = (gm, cid)
-    if best[1]:
-        print(best[1])
+    with open(a.bench_json) as f:
+        rec = json.load(f)["ops"][a.op]
+    winner, lines = pick(rec, a.incumbent, a.min_geomean, a.max_slower)
+    print("\n".join(lines), file=sys.stderr)
+    if winner:
+        print(winner)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ For each candidate and batch: one CUDA graph of CALLS calls (inputs and weights 
 3 x L2, as in bench_kernels.py), replayed under torch.profiler; prints and writes
 $OUT/profile_kernels.json with, per kernel name, the mean device time per call and the number
 of launches per call (the split between e.g. the router GEMM and its top-k kernel).
+A kernel launched with PDL starts early and waits in griddepcontrol.wait: its device time here
+includes that wait (and, calls back to back, the overlap with the call before), so read it as
+an upper bound; bench_kernels.py's separated timing is the per-call figure.
 """
 from __future__ import annotations
 

@@ -1,0 +1,50 @@
+"""scripts/gpu/pick_winner.py: which benchmarked candidate is worth a gate run."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import lzma
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def pw():
+    spec = importlib.util.spec_from_file_location("pick_winner", ROOT / "scripts/gpu/pick_winner.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _rec(times: dict[str, list[float]]) -> dict:
+    labels = {lb: {"id": lb.split(":")[1] + "000000"} for lb in times}
+    n = len(next(iter(times.values())))
+    rows = [{"times": {lb: {"median_us": t[i]} for lb, t in times.items()}} for i in range(n)]
+    return {"candidates": labels, "rows": rows}
+
+
+def test_the_best_geomean_wins_only_if_it_is_nowhere_slower(pw):
+    rec = _rec({"f:inc": [10.0, 10.0], "f:fast": [8.0, 8.0], "f:mixed": [5.0, 11.0], "f:tie": [10.0, 9.9]})
+    winner, lines = pw.pick(rec, "inc", min_geomean=1.05, max_slower=0.03)
+    assert winner == "fast000000"                       # mixed has a better geomean but a slower row
+    assert any(line.startswith("f:mixed") and "*" not in line for line in lines)
+    assert pw.pick(rec, "inc", min_geomean=1.5)[0] is None
+    with pytest.raises(SystemExit):
+        pw.pick(rec, "nope")
+
+
+def test_a_candidate_missing_a_row_is_not_picked(pw):
+    rec = _rec({"f:inc": [10.0, 10.0], "f:fast": [5.0, 5.0]})
+    del rec["rows"][1]["times"]["f:fast"]
+    assert pw.pick(rec, "inc", min_geomean=1.0)[0] is None
+
+
+def test_on_the_committed_session5_benchmarks(pw):
+    """Back to back, the prefetching router looked like a winner; with separated calls it is not."""
+    def load(name):
+        return json.loads(lzma.open(ROOT / "results/h200/session5" / name).read())["ops"]["moe_router"]
+    assert pw.pick(load("bench_router_pf.json.xz"), "ffcc5b")[0] == "fd8cb494bd2f"
+    assert pw.pick(load("bench_router_separated.json.xz"), "ffcc5b")[0] is None
