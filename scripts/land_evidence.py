@@ -1,0 +1,91 @@
+"""Land the evidence records a device gate run brought back, and optionally promote.
+
+    python scripts/land_evidence.py FILES_AT [--promote]
+
+FILES_AT is the folder the device tool copied $OUT into; gate.sh leaves one folder per gated
+candidate there, `<id>/`, holding the compacted record(s) `<UTC stamp>-<host>.json` (plus
+gate_report.json and assess.json, which are not evidence). For each: the records not yet in
+kernels_generated/<op>/<id>/evidence/ are copied there (mode 644) and committed, one commit per
+candidate. With --promote, `harness promote OP ID` then runs and, if it promotes, its branch
+promote/OP/ID is fast-forwarded into the current branch and deleted. Needs a clean tree.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = re.compile(r"^\d{8}T\d{6}\.\d+Z-.+\.json$")     # the evidence record file name
+
+
+def git(*args: str, cwd: Path) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def candidate_dir(root: Path, cid: str) -> Path:
+    hits = sorted(p for p in (root / "kernels_generated").glob(f"*/{cid}") if (p / "kernel.py").is_file())
+    if len(hits) != 1:
+        raise SystemExit(f"land_evidence: candidate {cid}: {'not found' if not hits else 'in several ops'}")
+    return hits[0]
+
+
+def land(files_at: Path, root: Path) -> list[tuple[str, str, list[str]]]:
+    """Copy and commit the new records of every candidate folder; returns (op, id, records)."""
+    if git("status", "--porcelain", cwd=root):
+        raise SystemExit("land_evidence: the tree has uncommitted changes; commit or stash them first")
+    landed = []
+    for sub in sorted(p for p in files_at.iterdir() if p.is_dir()):
+        records = sorted(p for p in sub.iterdir() if RECORD.match(p.name))
+        if not records:
+            continue
+        cdir = candidate_dir(root, sub.name)
+        ev = cdir / "evidence"
+        ev.mkdir(exist_ok=True)
+        new = [r for r in records if not (ev / r.name).exists()]
+        for r in new:
+            shutil.copyfile(r, ev / r.name)
+            (ev / r.name).chmod(0o644)
+        if not new:
+            continue
+        op = cdir.parent.name
+        git("add", "--", *[str((ev / r.name).relative_to(root)) for r in new], cwd=root)
+        git("commit", "-qm", f"{op} {sub.name}: gate evidence ({', '.join(r.name for r in new)})", cwd=root)
+        landed.append((op, sub.name, [r.name for r in new]))
+    return landed
+
+
+def promote(op: str, cid: str, root: Path) -> bool:
+    res = subprocess.run([sys.executable, "-m", "harness.cli", "promote", op, cid], cwd=root,
+                         capture_output=True, text=True)
+    print(res.stdout + res.stderr, end="")
+    if res.returncode != 0:
+        return False
+    branch = f"promote/{op}/{cid}"
+    git("checkout", "--", "kernels_generated/promoted.json", cwd=root)   # the branch holds the change
+    git("merge", "--ff-only", branch, cwd=root)
+    git("branch", "-D", branch, cwd=root)
+    return True
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description="land device evidence records (and promote)")
+    ap.add_argument("files_at", type=Path)
+    ap.add_argument("--promote", action="store_true")
+    a = ap.parse_args()
+    if not a.files_at.is_dir():
+        raise SystemExit(f"land_evidence: {a.files_at}: not a folder")
+    landed = land(a.files_at, ROOT)
+    for op, cid, recs in landed:
+        print(f"landed {op}/{cid}: {', '.join(recs)}")
+        if a.promote and not promote(op, cid, ROOT):
+            print(f"not promoted: {op}/{cid}")
+    if not landed:
+        print("nothing new to land")
+
+
+if __name__ == "__main__":
+    main()
