@@ -10,8 +10,8 @@
 # the default): on a throwaway branch, a base commit without its folder, then a commit adding
 # exactly that folder; isolation diffs against that base, so any other change fails it.
 #
-# Writes the evidence record into the candidate folder (commit it afterwards: copy it from
-# $OUT/<id>/ into kernels_generated/<op>/<id>/evidence/) and into $OUT:
+# Writes the evidence record into the candidate folder (commit it afterwards: on the machine that
+# received $OUT, `python scripts/land_evidence.py FILES_AT [--promote]`) and into $OUT:
 #   $OUT/<id>/gate_report.json   the `harness gate --json` output (the full record)
 #   $OUT/<id>/<record>.json      the evidence record file itself, compacted (commit this copy)
 #   $OUT/<id>/assess.json        what `harness promote` would say about it (problems, if any)
