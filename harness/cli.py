@@ -31,6 +31,11 @@ for _name in _STAGES:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from .paths import other_checkout_note
+
+    note = other_checkout_note()
+    if note:
+        print(f"harness: note: {note}", file=sys.stderr)
     try:
         rc = app(args=argv, standalone_mode=False)
         # Without standalone mode click returns (not raises) the code of a typer.Exit.

@@ -12,6 +12,27 @@ def root() -> Path:
     return Path(os.environ.get("HARNESS_ROOT", REPO_ROOT)).resolve()
 
 
+def checkout_of(folder: Path) -> Path | None:
+    """The harness checkout that holds `folder` (it or a parent with harness/ and
+    kernels_generated/), or None."""
+    for d in (folder, *folder.parents):
+        if (d / "harness" / "__init__.py").is_file() and (d / "kernels_generated").is_dir():
+            return d
+    return None
+
+
+def other_checkout_note(cwd: Path | None = None) -> str | None:
+    """A one-line note when the command runs inside another checkout than the one the harness
+    works on (its files would be read and written there, not here); None otherwise."""
+    if "HARNESS_ROOT" in os.environ:
+        return None
+    here = checkout_of((cwd or Path.cwd()).resolve())
+    if here is None or here == root():
+        return None
+    return (f"this harness works on {root()} (where it is installed), not on the checkout {here} "
+            f"you are in; run `pip install -e {here}` or set HARNESS_ROOT={here}")
+
+
 def kernels_dir() -> Path:
     return root() / "kernels_generated"
 
