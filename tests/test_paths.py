@@ -1,6 +1,7 @@
 """harness.paths: which checkout a command works on, and the note when it is not the one you are in."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -40,7 +41,7 @@ def test_note_only_inside_another_checkout(tmp_path, monkeypatch):
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P needs 3.11")
 def test_the_cli_prints_the_note_on_stderr(tmp_path):
     co = _checkout(tmp_path / "other")
-    env = {k: v for k, v in __import__("os").environ.items() if k != "HARNESS_ROOT"}
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_ROOT"}
     # -P: the fake checkout's empty harness/ must not shadow the installed package
     res = subprocess.run([sys.executable, "-P", "-m", "harness.cli", "ops", "--json"], cwd=co, env=env,
                          capture_output=True, text=True, timeout=120)

@@ -25,22 +25,26 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
 
 import reference_impls  # noqa: E402
+from harness.errors import UserError  # noqa: E402
 from harness.opdef import Point  # noqa: E402
+from harness.promotion import read_manifest  # noqa: E402
 from harness.toolchain import timing  # noqa: E402
+from harness.toolchain.candidate import load_candidate  # noqa: E402
 
 import bench_kernels as bk  # noqa: E402
 
 
 def promoted_id(op: str) -> str:
-    entries = json.loads((ROOT / "kernels_generated/promoted.json").read_text())
-    return next(e["candidate"] for e in entries if e["op"] == op)
+    return next(e["candidate"] for e in read_manifest(ROOT) if e["op"] == op)
 
 
-def candidate(op: str, prefix: str) -> tuple[str, object]:
-    hits = sorted(p for p in (ROOT / "kernels_generated" / op).iterdir() if p.name.startswith(prefix))
-    if len(hits) != 1:
-        raise SystemExit(f"bench_chain: {op} candidate prefix '{prefix}' matches {len(hits)} folders")
-    return hits[0].name, bk.load_kernel(str(hits[0]))
+def candidate(op: str, ref: str) -> tuple[str, object]:
+    """(id, kernel module) of the candidate `ref` (an id or a unique prefix)."""
+    try:
+        cand = load_candidate(op, ref)
+    except UserError as exc:
+        raise SystemExit(f"bench_chain: {exc}") from None
+    return cand.id, bk.load_kernel(str(cand.path))
 
 
 def main() -> None:
@@ -69,7 +73,8 @@ def main() -> None:
         def attn(i):
             ar_mod.launch(ar_k, **bk.kernel_tensors(ar_def, ar_sets[i], ar_outs[i]))
 
-        impls = {f"attn_res {ar_id[:6]} alone": attn,
+        alone_name = f"attn_res {ar_id[:6]} alone"
+        impls = {alone_name: attn,
                  "+ router compile": lambda i: (attn(i), rt_ref(**dict(rt_sets[i], x=ar_outs[i]["out"])))}
         for rid, mod in routers:
             k = mod.compile(8, "--enable-tvm-ffi")
@@ -79,10 +84,10 @@ def main() -> None:
             f(0)
         torch.cuda.synchronize()
         stats = timing.time_interleaved(impls, n, calls_per_graph=50, rounds=args.rounds)
-        alone = stats[next(iter(impls))].median_us
+        alone = stats[alone_name].median_us
         row = {"batch": b, "us": {k: s.median_us for k, s in stats.items()}}
         result["rows"].append(row)
-        print(f"B={b:>2}  " + "  ".join(f"{k}: {v:.2f}" + ("" if k == next(iter(impls)) else f" (router {v - alone:.2f})")
+        print(f"B={b:>2}  " + "  ".join(f"{k}: {v:.2f}" + ("" if k == alone_name else f" (router {v - alone:.2f})")
                                      for k, v in row["us"].items()), flush=True)
         del ar_sets, ar_outs, rt_sets, rt_outs
         torch.cuda.empty_cache()

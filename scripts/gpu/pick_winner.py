@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from harness.agent.prompting import geomean  # noqa: E402
 
 
 def pick(rec: dict, incumbent: str, min_geomean: float = 1.07, max_slower: float = 0.03) -> tuple[str | None, list[str]]:
@@ -29,7 +32,7 @@ def pick(rec: dict, incumbent: str, min_geomean: float = 1.07, max_slower: float
         if not ratios or len(ratios) < len(rec["rows"]):
             lines.append(f"{label} ({cid}): missing rows")
             continue
-        gm = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        gm = geomean(ratios)
         ok = gm >= min_geomean and min(ratios) >= 1 - max_slower
         lines.append(f"{label} ({cid}): geomean {gm:.3f}, worst row {min(ratios):.3f}{' *' if ok else ''}")
         if ok and gm > best[0]:

@@ -9,6 +9,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def family_candidates(op: str, *families: str) -> list[str]:
+    """Ids of the committed candidates of `op` rendered from one of these template families."""
+    import json
+
+    metas = sorted((ROOT / "kernels_generated" / op).glob("*/candidate.json"))
+    return [m.parent.name for m in metas
+            if (json.loads(m.read_text())["provenance"].get("template") or {}).get("family") in families]
+
+
 def load_module(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)

@@ -7,21 +7,17 @@ the op reference (harness.compare); every feasible point of the space owns each 
 GPU (-m gpu): each candidate against the reference at B = 1, 3, 64."""
 from __future__ import annotations
 
-import json
-
 import pytest
 import torch
 
-from kernel_helpers import ROOT, load_module
+from kernel_helpers import ROOT, family_candidates, load_module
 
 H, EPS = 7168, 1e-5
 FAMILY = "clusterrow"
 
 
 def _candidates() -> list[str]:
-    metas = sorted((ROOT / "kernels_generated/add_rmsnorm").glob("*/candidate.json"))
-    return [m.parent.name for m in metas
-            if (json.loads(m.read_text())["provenance"].get("template") or {}).get("family") == FAMILY]
+    return family_candidates("add_rmsnorm", FAMILY)
 
 
 def _module(cid: str):

@@ -18,16 +18,14 @@ import sys
 import pytest
 import torch
 
-from kernel_helpers import ROOT, check_attn_res_on_strided_blocks, load_module
+from kernel_helpers import ROOT, check_attn_res_on_strided_blocks, family_candidates, load_module
 
 H, EPS = 7168, 1e-5
 FAMILY = "clustermix"              # and clustermix_pf: the same kernel, dependents launched early
 
 
 def _candidates() -> list[str]:
-    metas = sorted((ROOT / "kernels_generated/attn_res").glob("*/candidate.json"))
-    return [m.parent.name for m in metas
-            if (json.loads(m.read_text())["provenance"].get("template") or {}).get("family") in (FAMILY, FAMILY + "_pf")]
+    return family_candidates("attn_res", FAMILY, FAMILY + "_pf")
 
 
 def _module(cid: str):

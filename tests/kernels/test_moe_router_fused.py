@@ -12,6 +12,7 @@ CUDA graph of calls on rotating inputs replayed; mma_ctatopk_pf back to back."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import sys
 import pytest
 import torch
 
-from kernel_helpers import ROOT, load_module
+from kernel_helpers import ROOT, family_candidates, load_module
 
 FAMILY = "mma_fused"
 PREFETCH = "mma_ctatopk_pf"    # two kernels, the GEMM's weight loads before griddepcontrol.wait
@@ -28,9 +29,7 @@ RESIDENT_PER_SM = 2            # <= 128 threads x 255 registers fits twice in 64
 
 
 def _candidates(family: str = FAMILY) -> list[str]:
-    metas = sorted((ROOT / "kernels_generated/moe_router").glob("*/candidate.json"))
-    return [m.parent.name for m in metas
-            if (json.loads(m.read_text())["provenance"].get("template") or {}).get("family") == family]
+    return family_candidates("moe_router", family)
 
 
 def _module(cid: str):
@@ -54,7 +53,7 @@ def test_every_point_fits_resident_and_has_a_ticket_per_token():
 
 
 def _ptx(cid: str, tmp_path) -> dict:
-    env = dict(__import__("os").environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path))
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(ROOT / "kernels_generated/moe_router" / cid / "kernel.py")],
                          capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -102,7 +101,7 @@ def test_prefetch_ptx_loads_weights_before_the_wait(cid, tmp_path):
     assert topk.index("griddepcontrol.launch_dependents") < topk.index("griddepcontrol.wait")
 
 
-def _check(defn, mod, outs, ref, inp, label):
+def _check(defn, outs, ref, inp, label):
     from harness.compare import compare
 
     res = compare(defn, outs, ref, inp)
@@ -126,7 +125,7 @@ def test_gpu_matches_reference_and_leaves_the_counters_zero(cid):
         outs = defn.alloc_outputs(point, "cuda", poison=True)
         mod.launch(compiled, **inp, **outs)
         torch.cuda.synchronize()
-        _check(defn, mod, outs, defn.run_reference(inp), inp, f"{cid} call {i} B={batch}")
+        _check(defn, outs, defn.run_reference(inp), inp, f"{cid} call {i} B={batch}")
         _, cnt = mod.workspace(inp["x"].device)
         assert cnt.tolist() == [0, 0, 0, 0], (cid, batch, cnt.tolist())
 
@@ -141,7 +140,7 @@ def test_gpu_matches_reference_and_leaves_the_counters_zero(cid):
         mod.launch(compiled, **inp, **outs)
     torch.cuda.synchronize()
     for i, (inp, outs, batch) in enumerate(runs):
-        _check(defn, mod, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
+        _check(defn, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
     assert mod.workspace(runs[0][0]["x"].device)[1].tolist() == [0, 0, 0, 0]
 
 
@@ -165,7 +164,7 @@ def test_gpu_prefetch_back_to_back(cid):
         mod.launch(compiled, **inp, **outs)
     torch.cuda.synchronize()
     for i, (inp, outs, batch) in enumerate(runs):
-        _check(defn, mod, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
+        _check(defn, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
 
 
 @pytest.mark.gpu
@@ -191,5 +190,5 @@ def test_gpu_cuda_graph_replay(cid):
         g.replay()
     torch.cuda.synchronize()
     for i, (inp, o) in enumerate(zip(sets, outs)):
-        _check(defn, mod, o, defn.run_reference(inp), inp, f"{cid} graph call {i}")
+        _check(defn, o, defn.run_reference(inp), inp, f"{cid} graph call {i}")
     assert mod.workspace(sets[0]["x"].device)[1].tolist() == [0, 0, 0, 0]
