@@ -18,7 +18,7 @@ from harness.opdef import Point
 from kernel_helpers import ROOT, load_module
 
 
-@pytest.fixture(scope="module", params=["mma_ctatopk", "mma_fused"])
+@pytest.fixture(scope="module", params=["mma_ctatopk", "mma_fused", "mma_rowsplit"])
 def cta_module(request):
     from harness.agent.families import load_family
 

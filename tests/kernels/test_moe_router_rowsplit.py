@@ -1,0 +1,151 @@
+"""The mma_rowsplit moe_router family: mma_ctatopk's top-k kernel (emulated in
+test_moe_router_ctatopk.py) after a GEMM whose warps split the CTA's expert rows and share its
+K slice, with x staged in shared memory by cp.async.
+
+CPU: every feasible point tiles E x H exactly, fits its x stage in 48 KiB of static shared
+memory with the 64-byte row pad that keeps the 16-byte fragment loads conflict-free, and keeps
+its weights within the register budget; the compiled PTX issues every weight load before the
+first cp.async, stages x with 16-byte cp.async only, has exactly two barriers (none in the
+token loop) and no shared-memory reduction.
+GPU (-m gpu): each committed candidate against the reference at B = 1..64 in a changing order
+(both sides of the TOK_GROUP boundary), back to back without a sync, and in a CUDA graph."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernel_helpers import ROOT, family_candidates, load_module
+
+FAMILY = "mma_rowsplit"
+H, E = 7168, 896
+SMEM_STATIC_MAX = 48 * 1024
+
+
+def _candidates() -> list[str]:
+    return family_candidates("moe_router", FAMILY)
+
+
+def _module(cid: str):
+    return load_module(ROOT / "kernels_generated/moe_router" / cid / "kernel.py", f"router_rowsplit_{cid}")
+
+
+def test_there_are_committed_candidates():
+    assert len(_candidates()) >= 2
+
+
+def test_every_point_tiles_the_gemm_and_fits(tmp_path):
+    """Each feasible point, rendered: E x H tiled exactly, the x stage within 48 KiB of static
+    shared memory, rows 64 bytes off a 128-byte multiple (8 lanes of a 16-byte load phase hit
+    two rows in opposite bank halves), the weights within 128 registers per lane."""
+    from harness.agent.families import load_family
+
+    fam = load_family(ROOT / f"prompts/kernels/moe_router/{FAMILY}.py.j2", "moe_router")
+    cfgs = fam.configs()
+    assert len(cfgs) >= 10
+    for i, c in enumerate(cfgs):
+        (tmp_path / f"p{i}.py").write_text(fam.render(c))
+        m = load_module(tmp_path / f"p{i}.py", f"rowsplit_point_{i}")
+        assert m.N_BLOCKS * m.ROWS_CTA == E and m.ROWS_CTA == m.ROWS_WARP * m.WARPS, c
+        assert m.CTA_SPLITS * m.K_C == H and m.KB * 32 == m.K_C, c
+        assert m.X_STRIDE >= m.K_C and (m.X_STRIDE * 2) % 128 == 64, c
+        assert m.TOK_GROUP * m.X_STRIDE * 2 <= SMEM_STATIC_MAX, c
+        assert m.KB * m.M_TILES * 2 * 4 <= 128, c                # weight registers per lane
+
+
+def _ptx(cid: str, tmp_path) -> str:
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(ROOT / "kernels_generated/moe_router" / cid / "kernel.py")],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])["ptx"]
+
+
+_PTX_PROBE = r'''
+import os, sys, importlib.util, pathlib, json
+spec = importlib.util.spec_from_file_location("k", sys.argv[1]); m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+m.compile(8, "--enable-tvm-ffi")
+print(json.dumps({"ptx": "\n".join(p.read_text() for p in pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).rglob("*.ptx"))}))
+'''
+
+
+def test_ptx_streams_weights_then_stages_x_without_a_reduction(tmp_path):
+    cid = _candidates()[0]
+    m = _module(cid)
+    entries = re.split(r"\.entry ", _ptx(cid, tmp_path))[1:]
+    gemm = next(e for e in entries if e.startswith("kernel_cutlass_gemm"))
+    assert gemm.count("ld.global.v4.b32") == m.KB * m.M_TILES * 2          # the weights, and only them
+    assert gemm.index("cp.async") > gemm.rindex("ld.global.v4.b32")       # all in flight before x
+    copies = re.findall(r"cp\.async\.\w+\.shared\.global \[%r\d+\], \[%rd\d+\], (\d+)", gemm)
+    assert copies and set(copies) == {"16"}
+    assert gemm.count("bar.sync") == 2                                       # stage in, stage out
+    assert not re.search(r"\s(st\.shared|red\.|atom\.)", gemm)                  # no reduction through smem or L2
+    assert gemm.count("ld.shared.v4.b32") == m.KB * m.N_TILES
+
+
+def _check(defn, outs, ref, inp, label):
+    from harness.compare import compare
+
+    res = compare(defn, outs, ref, inp)
+    assert res.ok, f"{label}: {res.summary()}"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cid", _candidates())
+def test_gpu_matches_reference(cid):
+    import reference_impls
+    from harness.opdef import Point
+
+    mod = _module(cid)
+    defn = reference_impls.get("moe_router")
+    compiled = mod.compile(8, "--enable-tvm-ffi")
+    for i, batch in enumerate((1, 2, 64, 5, 8, 17, 31, 32, 33, 1, 40, 63, 64, 3)):
+        point = Point(batch=batch, tp=8)
+        inp = defn.make_inputs(point, torch.Generator().manual_seed(5000 + i), "cuda")
+        outs = defn.alloc_outputs(point, "cuda", poison=True)
+        mod.launch(compiled, **inp, **outs)
+        torch.cuda.synchronize()
+        _check(defn, outs, defn.run_reference(inp), inp, f"{cid} call {i} B={batch}")
+    runs = []                                       # back to back: PDL overlaps the calls
+    for i, batch in enumerate((64, 1, 33, 8, 64, 2) * 3):
+        point = Point(batch=batch, tp=8)
+        runs.append((defn.make_inputs(point, torch.Generator().manual_seed(6000 + i), "cuda"),
+                     defn.alloc_outputs(point, "cuda", poison=True), batch))
+    for inp, outs, _ in runs:
+        mod.launch(compiled, **inp, **outs)
+    torch.cuda.synchronize()
+    for i, (inp, outs, batch) in enumerate(runs):
+        _check(defn, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cid", _candidates()[:1])
+def test_gpu_cuda_graph_replay(cid):
+    import reference_impls
+    from harness.opdef import Point
+
+    mod = _module(cid)
+    defn = reference_impls.get("moe_router")
+    compiled = mod.compile(8, "--enable-tvm-ffi")
+    point = Point(batch=40, tp=8)
+    sets = [defn.make_inputs(point, torch.Generator().manual_seed(7000 + i), "cuda") for i in range(3)]
+    outs = [defn.alloc_outputs(point, "cuda", poison=True) for _ in sets]
+    mod.launch(compiled, **sets[0], **outs[0])          # eager first: the workspace exists before capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for inp, o in zip(sets, outs):
+            mod.launch(compiled, **inp, **o)
+    for _ in range(10):
+        g.replay()
+    torch.cuda.synchronize()
+    for i, (inp, o) in enumerate(zip(sets, outs)):
+        _check(defn, o, defn.run_reference(inp), inp, f"{cid} graph call {i}")
