@@ -1,7 +1,7 @@
 """moe_router candidate: tensor-core (mma.sync bf16, swap-AB) router GEMM + CTA-per-token top-16.
 
 Rendered from prompts/kernels/moe_router/mma_rowsplit.py.j2 with
-    m_tiles=1 n_tiles=1 warps=2 cta_splits=16 tok_group=32 pdl=True
+    m_tiles=2 n_tiles=1 warps=4 cta_splits=28 tok_group=32 k_accs=2 pdl=True
 
 Math (reference_impls/moe_router.py):
     logits = x @ W^T (fp32 accumulate), s = sigmoid(logits), ids = top16(s + bias),
@@ -13,7 +13,9 @@ registers and read from HBM once for all B. CTA (bn, split) owns expert rows
 its accumulators straight to the fp32 partial logits [CTA_SPLITS, 64, E]. x[:, K slice] is
 staged in shared memory by cp.async, TOK_GROUP tokens at a time (rows padded by 64 bytes:
 conflict-free 16-byte fragment loads), so x leaves L2 once per CTA, not once per warp, and the
-token loop has no barrier and no L2 round trip.
+token loop has no barrier and no L2 round trip. MMA k-steps rotate over K_ACCS accumulator sets
+(summed in set order), so the dependent MMA chain behind the last weight load is 2 * KB / K_ACCS
+long; with one set it was the GEMM's tail.
 Top-k: one CTA of 224 threads (7 warps) per token. Thread t owns experts 4t .. 4t+3: one
 16-byte load per split (summed in split order: deterministic) and one of the bias, so the
 whole row is loaded in one round trip. Keys s + bias become order-preserving int32.
@@ -41,11 +43,12 @@ H, E, TOP_K = 7168, 896, 16
 B_MAX = 64
 ROUTED_SCALING_FACTOR = 1.0
 VEC = 8                                   # bf16 per 16-byte load
-M_TILES = 1                   # 16-row MMA tiles per warp
+M_TILES = 2                   # 16-row MMA tiles per warp
 N_TILES = 1                   # 8-token MMA tiles (B <= 8 * N_TILES)
-WARPS = 2
-CTA_SPLITS = 16
+WARPS = 4
+CTA_SPLITS = 28
 TOK_GROUP = 32                 # tokens of x staged in shared memory at a time
+K_ACCS = 2                      # independent accumulator sets along K (MMA latency)
 PDL = True
 
 ROWS_WARP = 16 * M_TILES
@@ -132,8 +135,10 @@ class MoERouter:
                 for h in cutlass.range_constexpr(2):
                     cute.autovec_copy(cute.local_tile(mW[e0 + mt * 16 + h * 8 + g, None], (VEC,), (kv0 + kb * 4 + t,)),
                                       rw[kb][mt][h])
-        acc = [[cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), Float32) for _ in range(N_TILES)]
-               for _ in range(M_TILES)]
+        # K_ACCS independent accumulator sets (MMA k-step i adds into set i % K_ACCS, summed in set
+        # order at the end): the dependent MMA chain per chunk is 2 * KB / K_ACCS long, not 2 * KB
+        acc = [[[cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), Float32) for _ in range(N_TILES)]
+                for _ in range(M_TILES)] for _ in range(K_ACCS)]
         a = cute.make_rmem_tensor(cute.make_layout((8, 1, 1)), BFloat16)
         b = cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), BFloat16)
         rx = [cute.make_rmem_tensor(cute.make_layout((VEC,), stride=(1,)), BFloat16) for _ in range(KB)]
@@ -159,9 +164,10 @@ class MoERouter:
             cute.arch.barrier()
             for ch in cutlass.range(cute.ceil_div(rows, 8 * N_TILES), unroll=1):
                 r0 = ch * (8 * N_TILES)
-                for mt in cutlass.range_constexpr(M_TILES):
-                    for nt in cutlass.range_constexpr(N_TILES):
-                        acc[mt][nt].fill(0.0)
+                for ka in cutlass.range_constexpr(K_ACCS):
+                    for mt in cutlass.range_constexpr(M_TILES):
+                        for nt in cutlass.range_constexpr(N_TILES):
+                            acc[ka][mt][nt].fill(0.0)
                 for nt in cutlass.range_constexpr(N_TILES):
                     if r0 + nt * 8 < rows:                  # warp-uniform
                         for kb in cutlass.range_constexpr(KB):
@@ -180,14 +186,18 @@ class MoERouter:
                                     a[5] = rw[kb][mt][0][4 * s + 3]
                                     a[6] = rw[kb][mt][1][4 * s + 2]
                                     a[7] = rw[kb][mt][1][4 * s + 3]
-                                    cute.gemm(atom, acc[mt][nt], a, b, acc[mt][nt])
+                                    ka = (2 * kb + s) % K_ACCS
+                                    cute.gemm(atom, acc[ka][mt][nt], a, b, acc[ka][mt][nt])
                 # C fragment: c0 (row g, token 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
                 for mt in cutlass.range_constexpr(M_TILES):
                     for nt in cutlass.range_constexpr(N_TILES):
                         for c in cutlass.range_constexpr(4):
                             tok = g0 + r0 + nt * 8 + 2 * t + c % 2
                             if tok < M:
-                                mWs[split, tok, e0 + mt * 16 + g + (c // 2) * 8] = acc[mt][nt][c]
+                                tot = acc[0][mt][nt][c]
+                                for ka in cutlass.range_constexpr(1, K_ACCS):
+                                    tot = tot + acc[ka][mt][nt][c]
+                                mWs[split, tok, e0 + mt * 16 + g + (c // 2) * 8] = tot
 
 
     # ------------------------------------------------------------------ top-k, one CTA per token

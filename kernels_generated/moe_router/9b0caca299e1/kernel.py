@@ -1,0 +1,306 @@
+"""moe_router candidate: tensor-core (mma.sync bf16, swap-AB) router GEMM + CTA-per-token top-16.
+
+Rendered from prompts/kernels/moe_router/mma_rowsplit.py.j2 with
+    m_tiles=1 n_tiles=1 warps=4 cta_splits=16 tok_group=32 k_accs=4 pdl=True
+
+Math (reference_impls/moe_router.py):
+    logits = x @ W^T (fp32 accumulate), s = sigmoid(logits), ids = top16(s + bias),
+    w = s[ids] / sum(s[ids]) * 1.0
+GEMM: mma.sync.m16n8k16 swap-AB, 16 expert rows of W on M and 8 tokens on N, weights in
+registers and read from HBM once for all B. CTA (bn, split) owns expert rows
+[bn * ROWS_CTA, +ROWS_CTA) x K columns [split * K_C, +K_C); its warps split the rows (warp w:
+16 * M_TILES rows) and share the K slice, so there is no cross-warp reduction: each warp writes
+its accumulators straight to the fp32 partial logits [CTA_SPLITS, 64, E]. x[:, K slice] is
+staged in shared memory by cp.async, TOK_GROUP tokens at a time (rows padded by 64 bytes:
+conflict-free 16-byte fragment loads), so x leaves L2 once per CTA, not once per warp, and the
+token loop has no barrier and no L2 round trip. MMA k-steps rotate over K_ACCS accumulator sets
+(summed in set order), so the dependent MMA chain behind the last weight load is 2 * KB / K_ACCS
+long; with one set it was the GEMM's tail.
+Top-k: one CTA of 224 threads (7 warps) per token. Thread t owns experts 4t .. 4t+3: one
+16-byte load per split (summed in split order: deterministic) and one of the bias, so the
+whole row is loaded in one round trip. Keys s + bias become order-preserving int32.
+Phase 1: warp w holds experts 128w .. 128w+127 and finds its local top-16 in 16 rounds of
+(lane argmax of 4, redux.sync max of the key, redux.sync min of the ids holding it); the winner
+retires its slot and writes (key, id, s) to shared slot 16w + round. The global top-16 is a
+subset of the union of the 7 local top-16 lists (an expert beaten by 16 of its own warp is
+beaten by 16 overall).
+Phase 2: each of the 112 candidates counts the candidates that beat it ((key, -id) order, a
+strict total order); that rank (0..111) is its sorted position, ranks < 16 are the output.
+Ties therefore go to the lower expert id. Warp 0 sums the 16 scores with a butterfly.
+Two kernels from one @cute.jit, programmatic dependent launch (the top-k grid loads
+the bias, then waits on griddepcontrol). The workspace lives in a per-device cache:
+calls must not run concurrently on two streams of one device.
+"""
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import torch
+from cutlass import BFloat16, Float32, Int32, const_expr
+
+H, E, TOP_K = 7168, 896, 16
+B_MAX = 64
+ROUTED_SCALING_FACTOR = 1.0
+VEC = 8                                   # bf16 per 16-byte load
+M_TILES = 1                   # 16-row MMA tiles per warp
+N_TILES = 1                   # 8-token MMA tiles (B <= 8 * N_TILES)
+WARPS = 4
+CTA_SPLITS = 16
+TOK_GROUP = 32                 # tokens of x staged in shared memory at a time
+K_ACCS = 4                      # independent accumulator sets along K (MMA latency)
+PDL = True
+
+ROWS_WARP = 16 * M_TILES
+ROWS_CTA = ROWS_WARP * WARPS
+N_BLOCKS = E // ROWS_CTA
+K_C = H // CTA_SPLITS                     # K columns per CTA (shared by its warps)
+KB = K_C // 32                            # 32-wide K blocks (two MMA k-steps each)
+X_STRIDE = K_C + (64 - K_C * 2 % 128) % 128 // 2    # smem row of x = 64 (mod 128) bytes: rows alternate bank halves
+FRAG = M_TILES * N_TILES * 4              # fp32 accumulators per lane
+EPT = 4                                   # experts per top-k thread: one 16-byte fp32 vector
+TOPK_THREADS = E // EPT                   # 224 = 7 warps
+TOPK_WARPS = TOPK_THREADS // 32
+NCAND = TOPK_WARPS * TOP_K                # 112 phase-1 candidates
+INT_MIN = -2147483647 - 1                 # below every finite key's ordered int (a retired slot)
+assert E % ROWS_CTA == 0 and H % (CTA_SPLITS * 32) == 0 and TOK_GROUP % (8 * N_TILES) == 0
+assert TOK_GROUP * X_STRIDE * 2 <= 48 * 1024 and (X_STRIDE * 2) % 128 == 64
+assert TOPK_THREADS % 32 == 0 and 32 * EPT >= TOP_K and NCAND <= TOPK_THREADS
+
+
+def expert_of(tidx, v):
+    """Expert id in register slot v (0..3) of top-k thread tidx (warp w: experts 128w ..)."""
+    return tidx * EPT + v
+
+
+def ordered_key(bits):
+    """fp32 bits -> int32 with the same order (negatives: magnitude bits flipped)."""
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+def cand_slot(warp, rnd):
+    """Shared-memory slot of the candidate warp `warp` picks in round `rnd`."""
+    return warp * TOP_K + rnd
+
+
+def lane_argmax(cand):
+    """Trace-time tree argmax over [(key, slot)] in ascending slot order: the left operand
+    always holds the lower slots (= lower expert ids), so a tie keeps the left."""
+    while len(cand) > 1:
+        nxt = []
+        for p in range(0, len(cand) - 1, 2):
+            (ka, ja), (kb, jb) = cand[p], cand[p + 1]
+            take_b = kb > ka
+            nxt.append((cutlass.select_(take_b, kb, ka), cutlass.select_(take_b, jb, ja)))
+        if len(cand) % 2:
+            nxt.append(cand[-1])
+        cand = nxt
+    return cand[0]
+
+
+def frag_pos(idx):
+    """Accumulator index -> (m-tile, n-tile, c register) in the layout used below."""
+    return idx // (N_TILES * 4), (idx // 4) % N_TILES, idx % 4
+
+
+class MoERouter:
+    @cute.jit
+    def __call__(self, mX: cute.Tensor, mW: cute.Tensor, mBias: cute.Tensor, mWs: cute.Tensor,
+                 mTW: cute.Tensor, mIds: cute.Tensor, stream: cuda.CUstream):
+        M = mX.shape[0]
+        self.gemm_kernel(mX, mW, mWs).launch(
+            grid=[N_BLOCKS, CTA_SPLITS, 1], block=[32 * WARPS, 1, 1], stream=stream)
+        self.topk_kernel(mWs, mBias, mTW, mIds).launch(
+            grid=[M, 1, 1], block=[TOPK_THREADS, 1, 1], stream=stream, use_pdl=PDL)
+
+    # ------------------------------------------------------------------ GEMM (partials)
+    @cute.kernel
+    def gemm_kernel(self, mX: cute.Tensor, mW: cute.Tensor, mWs: cute.Tensor):
+        lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
+        tidx, _, _ = cute.arch.thread_idx()
+        bn, split, _ = cute.arch.block_idx()
+        if const_expr(PDL):
+            cute.arch.griddepcontrol_launch_dependents()
+        M = mX.shape[0]
+        g = lane // 4
+        t = lane % 4
+        e0 = bn * ROWS_CTA + warp * ROWS_WARP      # this warp's first expert row
+        kv0 = split * (K_C // VEC)                  # first 16-byte vector of the CTA's K slice
+        atom = cute.make_mma_atom(cute.nvgpu.warp.MmaF16BF16Op(BFloat16, Float32, (16, 8, 16)))
+        # every weight vector of this warp in flight before anything else: [KB][M_TILES][row g, g+8]
+        rw = [[[cute.make_rmem_tensor(cute.make_layout((VEC,), stride=(1,)), BFloat16)
+                for _ in range(2)] for _ in range(M_TILES)] for _ in range(KB)]
+        for kb in cutlass.range_constexpr(KB):
+            for mt in cutlass.range_constexpr(M_TILES):
+                for h in cutlass.range_constexpr(2):
+                    cute.autovec_copy(cute.local_tile(mW[e0 + mt * 16 + h * 8 + g, None], (VEC,), (kv0 + kb * 4 + t,)),
+                                      rw[kb][mt][h])
+        # K_ACCS independent accumulator sets (MMA k-step i adds into set i % K_ACCS, summed in set
+        # order at the end): the dependent MMA chain per chunk is 2 * KB / K_ACCS long, not 2 * KB
+        acc = [[[cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), Float32) for _ in range(N_TILES)]
+                for _ in range(M_TILES)] for _ in range(K_ACCS)]
+        a = cute.make_rmem_tensor(cute.make_layout((8, 1, 1)), BFloat16)
+        b = cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), BFloat16)
+        rx = [cute.make_rmem_tensor(cute.make_layout((VEC,), stride=(1,)), BFloat16) for _ in range(KB)]
+        smem = cutlass.memory.SmemAllocator()
+        sX = smem.allocate_tensor(BFloat16, cute.make_layout((TOK_GROUP, X_STRIDE), stride=(X_STRIDE, 1)),
+                                  byte_alignment=16)
+        g2s = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(), BFloat16, num_bits_per_copy=128)
+        vpr = K_C // VEC                            # 16-byte vectors per staged row
+        for grp in cutlass.range(cute.ceil_div(M, TOK_GROUP), unroll=1):
+            g0 = grp * TOK_GROUP
+            rows = cutlass.select_(M - g0 < TOK_GROUP, M - g0, TOK_GROUP)
+            n_vec = cute.ceil_div(rows, 8) * 8 * vpr    # whole 8-token MMA tiles (rows past B: token B-1)
+            cute.arch.barrier()                         # the previous group's readers are done
+            for it in cutlass.range(cute.ceil_div(n_vec, 32 * WARPS), unroll=1):
+                i = it * (32 * WARPS) + tidx
+                if i < n_vec:
+                    r = i // vpr
+                    tok = cutlass.select_(g0 + r < M, g0 + r, M - 1)
+                    cute.copy(g2s, cute.local_tile(mX[tok, None], (VEC,), (kv0 + i % vpr,)),
+                              cute.local_tile(sX[r, None], (VEC,), (i % vpr,)))
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_wait_group(0)
+            cute.arch.barrier()
+            for ch in cutlass.range(cute.ceil_div(rows, 8 * N_TILES), unroll=1):
+                r0 = ch * (8 * N_TILES)
+                for ka in cutlass.range_constexpr(K_ACCS):
+                    for mt in cutlass.range_constexpr(M_TILES):
+                        for nt in cutlass.range_constexpr(N_TILES):
+                            acc[ka][mt][nt].fill(0.0)
+                for nt in cutlass.range_constexpr(N_TILES):
+                    if r0 + nt * 8 < rows:                  # warp-uniform
+                        for kb in cutlass.range_constexpr(KB):
+                            cute.autovec_copy(cute.local_tile(sX[r0 + nt * 8 + g, None], (VEC,), (kb * 4 + t,)), rx[kb])
+                        for kb in cutlass.range_constexpr(KB):
+                            for s in cutlass.range_constexpr(2):
+                                for j in cutlass.range_constexpr(4):
+                                    b[j] = rx[kb][4 * s + j]
+                                for mt in cutlass.range_constexpr(M_TILES):
+                                    # PTX A fragment order: (g, k 2t..2t+1), (g+8, ..), (g, k 2t+8..), (g+8, ..)
+                                    a[0] = rw[kb][mt][0][4 * s]
+                                    a[1] = rw[kb][mt][0][4 * s + 1]
+                                    a[2] = rw[kb][mt][1][4 * s]
+                                    a[3] = rw[kb][mt][1][4 * s + 1]
+                                    a[4] = rw[kb][mt][0][4 * s + 2]
+                                    a[5] = rw[kb][mt][0][4 * s + 3]
+                                    a[6] = rw[kb][mt][1][4 * s + 2]
+                                    a[7] = rw[kb][mt][1][4 * s + 3]
+                                    ka = (2 * kb + s) % K_ACCS
+                                    cute.gemm(atom, acc[ka][mt][nt], a, b, acc[ka][mt][nt])
+                # C fragment: c0 (row g, token 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
+                for mt in cutlass.range_constexpr(M_TILES):
+                    for nt in cutlass.range_constexpr(N_TILES):
+                        for c in cutlass.range_constexpr(4):
+                            tok = g0 + r0 + nt * 8 + 2 * t + c % 2
+                            if tok < M:
+                                tot = acc[0][mt][nt][c]
+                                for ka in cutlass.range_constexpr(1, K_ACCS):
+                                    tot = tot + acc[ka][mt][nt][c]
+                                mWs[split, tok, e0 + mt * 16 + g + (c // 2) * 8] = tot
+
+
+    # ------------------------------------------------------------------ top-k, one CTA per token
+    @cute.kernel
+    def topk_kernel(self, mWs: cute.Tensor, mBias: cute.Tensor, mTW: cute.Tensor, mIds: cute.Tensor):
+        lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
+        tidx, _, _ = cute.arch.thread_idx()
+        row, _, _ = cute.arch.block_idx()
+        smem = cutlass.memory.SmemAllocator()
+        sKey = smem.allocate_tensor(Int32, cute.make_layout((NCAND,), stride=(1,)), byte_alignment=16)
+        sId = smem.allocate_tensor(Int32, cute.make_layout((NCAND,), stride=(1,)), byte_alignment=16)
+        sSc = smem.allocate_tensor(Float32, cute.make_layout((NCAND,), stride=(1,)), byte_alignment=16)
+        sOutW = smem.allocate_tensor(Float32, cute.make_layout((TOP_K,), stride=(1,)), byte_alignment=16)
+        sOutI = smem.allocate_tensor(Int32, cute.make_layout((TOP_K,), stride=(1,)), byte_alignment=16)
+        rb = cute.make_rmem_tensor(cute.make_layout((EPT,), stride=(1,)), Float32)
+        cute.autovec_copy(cute.local_tile(mBias, (EPT,), (tidx,)), rb)     # not written by the GEMM
+        if const_expr(PDL):
+            cute.arch.griddepcontrol_wait()            # partials of the GEMM grid
+        lg = cute.make_rmem_tensor(cute.make_layout((EPT,), stride=(1,)), Float32)
+        part = cute.make_rmem_tensor(cute.make_layout((EPT,), stride=(1,)), Float32)
+        cute.autovec_copy(cute.local_tile(mWs[0, row, None], (EPT,), (tidx,)), lg)
+        for s in cutlass.range_constexpr(1, CTA_SPLITS):          # fixed order: deterministic
+            cute.autovec_copy(cute.local_tile(mWs[s, row, None], (EPT,), (tidx,)), part)
+            for v in cutlass.range_constexpr(EPT):
+                lg[v] = lg[v] + part[v]
+        sc = cute.make_rmem_tensor(cute.make_layout((EPT,), stride=(1,)), Float32)    # s
+        key = cute.make_rmem_tensor(cute.make_layout((EPT,), stride=(1,)), Float32)   # s + bias
+        for v in cutlass.range_constexpr(EPT):
+            s_ = Float32(1.0) / (Float32(1.0) + cute.math.exp(-lg[v]))
+            sc[v] = s_
+            key[v] = s_ + rb[v]
+        kbits = cute.recast_tensor(key, Int32)
+        okey = cute.make_rmem_tensor(cute.make_layout((EPT,), stride=(1,)), Int32)
+        for v in cutlass.range_constexpr(EPT):
+            okey[v] = ordered_key(kbits[v])
+        # phase 1: this warp's top-16 of its 128 experts (warp-uniform: all 32 lanes take part)
+        for rnd in cutlass.range_constexpr(TOP_K):
+            bk, bj = lane_argmax([(okey[v], Int32(v)) for v in range(EPT)])
+            top = cute.arch.warp_redux_sync(bk, "max")
+            my_id = expert_of(tidx, bj)
+            bi = cute.arch.warp_redux_sync(cutlass.select_(bk == top, my_id, Int32(E)), "min")
+            won = my_id == bi                          # exactly one lane: ids are distinct
+            mine = Float32(0.0)
+            for v in cutlass.range_constexpr(EPT):
+                hit = won & (bj == v)
+                okey[v] = cutlass.select_(hit, Int32(INT_MIN), okey[v])
+                mine = cutlass.select_(hit, sc[v], mine)
+            if won:
+                sKey[cand_slot(warp, rnd)] = top
+                sId[cand_slot(warp, rnd)] = bi
+                sSc[cand_slot(warp, rnd)] = mine
+        cute.arch.barrier()
+        # phase 2: rank of each candidate among the 112 = its sorted output position
+        if tidx < NCAND:
+            ck = sKey[tidx]
+            ci = sId[tidx]
+            rank = Int32(0)
+            for j in cutlass.range(NCAND, unroll=16):
+                kj = sKey[j]
+                beats = (kj > ck) | ((kj == ck) & (sId[j] < ci))
+                rank = rank + cutlass.select_(beats, Int32(1), Int32(0))
+            if rank < TOP_K:
+                sOutW[rank] = sSc[tidx]
+                sOutI[rank] = ci
+        cute.arch.barrier()
+        if warp == 0:                                  # warp-uniform
+            w = Float32(0.0)
+            oid = Int32(0)
+            if lane < TOP_K:
+                w = sOutW[lane]
+                oid = sOutI[lane]
+            wsum = w
+            for off in cutlass.range_constexpr(5):
+                wsum = wsum + cute.arch.shuffle_sync_bfly(wsum, offset=1 << (4 - off))
+            if lane < TOP_K:
+                mTW[row, lane] = w / wsum * ROUTED_SCALING_FACTOR
+                mIds[row, lane] = oid
+
+
+def compile(tp: int, options: str, **static):
+    """Batch is symbolic; the same kernel serves TP8 and TP16 (the router is replicated)."""
+    m = cute.sym_int()
+    fake = cute.runtime.make_fake_compact_tensor
+    x = fake(BFloat16, (m, H), stride_order=(1, 0), assumed_align=16)
+    w = fake(BFloat16, (E, H), stride_order=(1, 0), assumed_align=16)
+    bias = fake(Float32, (E,), assumed_align=16)
+    ws = fake(Float32, (CTA_SPLITS, B_MAX, E), stride_order=(2, 1, 0), assumed_align=16)
+    tw = fake(Float32, (m, TOP_K), stride_order=(1, 0), assumed_align=16)
+    ids = fake(Int32, (m, TOP_K), stride_order=(1, 0), assumed_align=16)
+    stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
+    return cute.compile(MoERouter(), x, w, bias, ws, tw, ids, stream, options=options)
+
+
+_WORKSPACE: dict[tuple[str, int], torch.Tensor] = {}
+
+
+def workspace(device: torch.device) -> torch.Tensor:
+    """Partial logits [CTA_SPLITS, 64, E] fp32. Allocate before CUDA-graph capture (first eager call)."""
+    key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
+    if key not in _WORKSPACE:
+        _WORKSPACE[key] = torch.empty((CTA_SPLITS, B_MAX, E), dtype=torch.float32, device=device)
+    return _WORKSPACE[key]
+
+
+def launch(compiled, x, router_weight, e_score_bias, topk_weights, topk_ids) -> None:
+    compiled(x, router_weight, e_score_bias, workspace(x.device), topk_weights, topk_ids)
