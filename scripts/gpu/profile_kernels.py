@@ -5,7 +5,9 @@
 For each candidate and batch: one CUDA graph of CALLS calls (inputs and weights rotated past
 3 x L2, as in bench_kernels.py), replayed under torch.profiler; prints and writes
 $OUT/profile_kernels.json with, per kernel name, the mean device time per call and the number
-of launches per call (the split between e.g. the router GEMM and its top-k kernel).
+of launches per call (the split between e.g. the router GEMM and its top-k kernel), and from
+the device timeline each kernel's mean tail (how far its end moves the stream past the kernels
+before it) and gap (start after the previous end; negative: launched early by PDL).
 A kernel launched with PDL starts early and waits in griddepcontrol.wait: its device time here
 includes that wait (and, calls back to back, the overlap with the call before), so read it as
 an upper bound; bench_kernels.py's separated timing is the per-call figure.
@@ -46,12 +48,34 @@ def kernel_times(fn, n_sets: int) -> dict[str, dict[str, float]]:
             g.replay()
         torch.cuda.synchronize()
     per: dict[str, list[float]] = defaultdict(list)
+    spans: list[tuple[float, float, str]] = []
     for ev in prof.events():
         if ev.device_type == torch.autograd.DeviceType.CUDA and ev.name and "Memcpy" not in ev.name:
             per[ev.name].append(ev.device_time if hasattr(ev, "device_time") else ev.cuda_time)
+            spans.append((ev.time_range.start, ev.time_range.end, ev.name))
     n_calls = CALLS * REPLAYS
+    tails = timeline_tails(spans)
     return {name[:90]: {"us_per_call": sum(v) / n_calls, "launches_per_call": len(v) / n_calls,
-                        "mean_us": sum(v) / len(v)} for name, v in per.items()}
+                        "mean_us": sum(v) / len(v), **tails.get(name, {})} for name, v in per.items()}
+
+
+def timeline_tails(spans: list[tuple[float, float, str]]) -> dict[str, dict[str, float]]:
+    """Per kernel name, from (start_us, end_us, name) device intervals: the mean time its end
+    adds past every earlier kernel's end ("tail_us": what it costs the stream; a PDL kernel
+    that started early and waited is charged only for what it does after its predecessor) and
+    the mean gap from the previous kernel's end to its start ("gap_us", negative when it was
+    launched early). The first kernel of the timeline is skipped (nothing before it)."""
+    out: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"tail": [], "gap": []})
+    spans = sorted(spans)
+    horizon = spans[0][1] if spans else 0.0
+    prev_end = horizon
+    for start, end, name in spans[1:]:
+        out[name]["tail"].append(max(0.0, end - horizon))
+        out[name]["gap"].append(start - prev_end)
+        horizon = max(horizon, end)
+        prev_end = end
+    return {n: {"tail_us": sum(d["tail"]) / len(d["tail"]), "gap_us": sum(d["gap"]) / len(d["gap"])}
+            for n, d in out.items() if d["tail"]}
 
 
 def main() -> None:
@@ -104,7 +128,9 @@ def main() -> None:
                     continue
                 tot = sum(k["us_per_call"] for k in kt.values())
                 print(f"{op} B={b:>2} {name:<22} total {tot:7.2f} us  " +
-                      "; ".join(f"{n[:48]} {k['us_per_call']:.2f}us x{k['launches_per_call']:.0f}" for n, k in kt.items()))
+                      "; ".join(f"{n[:48]} {k['us_per_call']:.2f}us x{k['launches_per_call']:.0f}"
+                                f" (tail {k.get('tail_us', float('nan')):.2f}, gap {k.get('gap_us', float('nan')):.2f})"
+                                for n, k in kt.items()))
             del sets, outs
             torch.cuda.empty_cache()
         (out_dir / "profile_kernels.json").write_text(json.dumps(result, indent=1))

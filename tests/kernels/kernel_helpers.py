@@ -18,6 +18,35 @@ def family_candidates(op: str, *families: str) -> list[str]:
             if (json.loads(m.read_text())["provenance"].get("template") or {}).get("family") in families]
 
 
+_PTX_PROBE = r"""
+import os, sys, importlib.util, pathlib, json
+spec = importlib.util.spec_from_file_location("k", sys.argv[1]); m = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(m)
+m.compile(8, "--enable-tvm-ffi")
+print(json.dumps({"ptx": "\n".join(p.read_text() for p in pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).rglob("*.ptx"))}))
+"""
+
+
+def compiled_ptx(kernel_path: Path, dump_dir: Path) -> str:
+    """The PTX of a candidate's kernel.py compiled for sm_90a at TP8 (no static key), in a child
+    process (CUTE_DSL_KEEP dumps into dump_dir)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(dump_dir))
+    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(kernel_path)],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=dump_dir)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])["ptx"]
+
+
+def ptx_entries(ptx: str) -> dict[str, str]:
+    """Kernel name prefix ('kernel_cutlass_gemm', 'kernel_cutlass_topk', ...) -> its PTX body."""
+    return {e.split("_kernel")[0] + "_kernel": e for e in ptx.split(".entry ")[1:]}
+
+
 def load_module(path: Path, name: str):
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)

@@ -1,10 +1,12 @@
-"""The CTA-per-token top-16 of the mma_ctatopk family (a second kernel, 7 warps) and of the
-mma_fused family (the tail of the GEMM kernel, its WARPS warps), emulated in PyTorch on the CPU
+"""The CTA-per-token top-16 of the mma_ctatopk family (a second kernel, 7 warps; also after
+mma_rowsplit's GEMM, and with a ballot instead of the second redux in mma_ctatopk_ballot) and of
+the mma_fused family (the tail of the GEMM kernel, its WARPS warps), emulated in PyTorch on the CPU
 step by step (split-order partial sum, ordered-int keys, per-warp 16 rounds of lane argmax +
 redux max/min, rank merge of the candidates, butterfly weight sum) with the rendered module's
 own `expert_of` / `ordered_key` / `cand_slot`, against the reference on adversarial inputs."""
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from harness.opdef import Point
 from kernel_helpers import ROOT, load_module
 
 
-@pytest.fixture(scope="module", params=["mma_ctatopk", "mma_fused", "mma_rowsplit"])
+@pytest.fixture(scope="module", params=["mma_ctatopk", "mma_fused", "mma_rowsplit", "mma_ctatopk_ballot"])
 def cta_module(request):
     from harness.agent.families import load_family
 
@@ -64,6 +66,9 @@ def emulate_topk(m, parts: torch.Tensor, bias: torch.Tensor):
                 top = max(k for k, _ in best.values())                                  # redux max
                 bi = min(m.expert_of(t, j) if k == top else m.E for t, (k, j) in best.items())  # redux min
                 winners = [t for t, (k, j) in best.items() if m.expert_of(t, j) == bi]
+                if getattr(m, "TOPK_BALLOT", False):     # the kernel takes the lowest lane holding the max
+                    lowest = min(t for t, (k, _) in best.items() if k == top)
+                    assert winners == [lowest], (winners, lowest)     # = the lowest id: the tie rule holds
                 assert len(winners) == 1
                 t = winners[0]
                 j = best[t][1]
@@ -190,3 +195,14 @@ def test_negative_logits_and_keys(cta_module):
     logits[3, 100:120] = torch.tensor(-4.0)             # ties among the winners
     bias[100:120] = 1.0
     check_against_reference(m, logits, bias)
+
+
+def test_ballot_ptx_has_one_redux_per_round(tmp_path):
+    """mma_ctatopk_ballot: 16 redux.sync max and 16 ballots in the top-k kernel, no redux min."""
+    from kernel_helpers import compiled_ptx, family_candidates, ptx_entries
+
+    cid = family_candidates("moe_router", "mma_ctatopk_ballot")[0]
+    topk = ptx_entries(compiled_ptx(ROOT / "kernels_generated/moe_router" / cid / "kernel.py", tmp_path))["kernel_cutlass_topk_kernel"]
+    assert len(re.findall(r"redux\.sync\.max\.s32", topk)) == 16
+    assert len(re.findall(r"vote\.sync\.ballot\.b32", topk)) == 16
+    assert "redux.sync.min" not in topk

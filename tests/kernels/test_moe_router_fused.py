@@ -11,16 +11,12 @@ the counters back at zero after every call; back-to-back calls without a sync (P
 CUDA graph of calls on rotating inputs replayed; mma_ctatopk_pf back to back."""
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from kernel_helpers import ROOT, family_candidates, load_module
+from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module
 
 FAMILY = "mma_fused"
 PREFETCH = "mma_ctatopk_pf"    # two kernels, the GEMM's weight loads before griddepcontrol.wait
@@ -53,21 +49,7 @@ def test_every_point_fits_resident_and_has_a_ticket_per_token():
 
 
 def _ptx(cid: str, tmp_path) -> dict:
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(ROOT / "kernels_generated/moe_router" / cid / "kernel.py")],
-                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-_PTX_PROBE = r'''
-import os, sys, importlib.util, pathlib, json
-spec = importlib.util.spec_from_file_location("k", sys.argv[1]); m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-m.compile(8, "--enable-tvm-ffi")
-ptx = "\n".join(p.read_text() for p in pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).rglob("*.ptx"))
-print(json.dumps({"pdl": m.PDL, "ptx": ptx}))
-'''
+    return {"pdl": _module(cid).PDL, "ptx": compiled_ptx(ROOT / "kernels_generated/moe_router" / cid / "kernel.py", tmp_path)}
 
 
 @pytest.mark.parametrize("cid", _candidates())

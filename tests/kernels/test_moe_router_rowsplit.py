@@ -11,16 +11,12 @@ GPU (-m gpu): each committed candidate against the reference at B = 1..64 in a c
 (both sides of the TOK_GROUP boundary), back to back without a sync, and in a CUDA graph."""
 from __future__ import annotations
 
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from kernel_helpers import ROOT, family_candidates, load_module
+from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module, ptx_entries
 
 FAMILY = "mma_rowsplit"
 H, E = 7168, 896
@@ -58,28 +54,10 @@ def test_every_point_tiles_the_gemm_and_fits(tmp_path):
         assert m.KB * m.M_TILES * 2 * 4 <= 128, c                # weight registers per lane
 
 
-def _ptx(cid: str, tmp_path) -> str:
-    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(tmp_path))
-    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(ROOT / "kernels_generated/moe_router" / cid / "kernel.py")],
-                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])["ptx"]
-
-
-_PTX_PROBE = r'''
-import os, sys, importlib.util, pathlib, json
-spec = importlib.util.spec_from_file_location("k", sys.argv[1]); m = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(m)
-m.compile(8, "--enable-tvm-ffi")
-print(json.dumps({"ptx": "\n".join(p.read_text() for p in pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).rglob("*.ptx"))}))
-'''
-
-
 def test_ptx_streams_weights_then_stages_x_without_a_reduction(tmp_path):
     cid = _candidates()[0]
     m = _module(cid)
-    entries = re.split(r"\.entry ", _ptx(cid, tmp_path))[1:]
-    gemm = next(e for e in entries if e.startswith("kernel_cutlass_gemm"))
+    gemm = ptx_entries(compiled_ptx(ROOT / "kernels_generated/moe_router" / cid / "kernel.py", tmp_path))["kernel_cutlass_gemm_kernel"]
     assert gemm.count("ld.global.v4.b32") == m.KB * m.M_TILES * 2          # the weights, and only them
     assert gemm.index("cp.async") > gemm.rindex("ld.global.v4.b32")       # all in flight before x
     copies = re.findall(r"cp\.async\.\w+\.shared\.global \[%r\d+\], \[%rd\d+\], (\d+)", gemm)

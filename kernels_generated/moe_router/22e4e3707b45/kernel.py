@@ -1,26 +1,21 @@
 """moe_router candidate: tensor-core (mma.sync bf16, swap-AB) router GEMM + CTA-per-token top-16.
 
-Rendered from prompts/kernels/moe_router/mma_rowsplit.py.j2 with
-    m_tiles=2 n_tiles=1 warps=2 cta_splits=28 tok_group=32 k_accs=4 pdl=True
+Rendered from prompts/kernels/moe_router/mma_ctatopk_ballot.py.j2 with
+    m_tiles=2 n_tiles=1 warps=4 cta_splits=8 pdl=True
 
 Math (reference_impls/moe_router.py):
     logits = x @ W^T (fp32 accumulate), s = sigmoid(logits), ids = top16(s + bias),
     w = s[ids] / sum(s[ids]) * 1.0
-GEMM: mma.sync.m16n8k16 swap-AB, 16 expert rows of W on M and 8 tokens on N, weights in
-registers and read from HBM once for all B. CTA (bn, split) owns expert rows
-[bn * ROWS_CTA, +ROWS_CTA) x K columns [split * K_C, +K_C); its warps split the rows (warp w:
-16 * M_TILES rows) and share the K slice, so there is no cross-warp reduction: each warp writes
-its accumulators straight to the fp32 partial logits [CTA_SPLITS, 64, E]. x[:, K slice] is
-staged in shared memory by cp.async, TOK_GROUP tokens at a time (rows padded by 64 bytes:
-conflict-free 16-byte fragment loads), so x leaves L2 once per CTA, not once per warp, and the
-token loop has no barrier and no L2 round trip. MMA k-steps rotate over K_ACCS accumulator sets
-(summed in set order), so the dependent MMA chain behind the last weight load is 2 * KB / K_ACCS
-long; with one set it was the GEMM's tail.
+GEMM (same as the mma_topk family): mma.sync.m16n8k16 swap-AB, 16 expert rows of W on M and
+8 tokens on N, weights in registers and read from HBM once for all B, grid
+(E / (16 * M_TILES), CTA_SPLITS), CTA warps split K and are summed in warp order through shared
+memory; fp32 partial logits [CTA_SPLITS, 64, E].
 Top-k: one CTA of 224 threads (7 warps) per token. Thread t owns experts 4t .. 4t+3: one
 16-byte load per split (summed in split order: deterministic) and one of the bias, so the
 whole row is loaded in one round trip. Keys s + bias become order-preserving int32.
 Phase 1: warp w holds experts 128w .. 128w+127 and finds its local top-16 in 16 rounds of
-(lane argmax of 4, redux.sync max of the key, redux.sync min of the ids holding it); the winner
+(lane argmax of 4, redux.sync max of the key, a ballot of the lanes holding it: the lowest of
+them holds the lowest id, since ids grow with the lane); the winner
 retires its slot and writes (key, id, s) to shared slot 16w + round. The global top-16 is a
 subset of the union of the 7 local top-16 lists (an expert beaten by 16 of its own warp is
 beaten by 16 overall).
@@ -45,26 +40,23 @@ ROUTED_SCALING_FACTOR = 1.0
 VEC = 8                                   # bf16 per 16-byte load
 M_TILES = 2                   # 16-row MMA tiles per warp
 N_TILES = 1                   # 8-token MMA tiles (B <= 8 * N_TILES)
-WARPS = 2
-CTA_SPLITS = 28
-TOK_GROUP = 32                 # tokens of x staged in shared memory at a time
-K_ACCS = 4                      # independent accumulator sets along K (MMA latency)
+WARPS = 4
+CTA_SPLITS = 8
 PDL = True
+TOPK_BALLOT = True                        # phase-1 winner by ballot (lowest lane), not by redux min of ids
 
-ROWS_WARP = 16 * M_TILES
-ROWS_CTA = ROWS_WARP * WARPS
+ROWS_CTA = 16 * M_TILES
 N_BLOCKS = E // ROWS_CTA
-K_C = H // CTA_SPLITS                     # K columns per CTA (shared by its warps)
-KB = K_C // 32                            # 32-wide K blocks (two MMA k-steps each)
-X_STRIDE = K_C + (64 - K_C * 2 % 128) % 128 // 2    # smem row of x = 64 (mod 128) bytes: rows alternate bank halves
+K_W = H // (CTA_SPLITS * WARPS)           # K columns per warp
+KB = K_W // 32                            # 32-wide K blocks per warp (two MMA k-steps each)
 FRAG = M_TILES * N_TILES * 4              # fp32 accumulators per lane
 EPT = 4                                   # experts per top-k thread: one 16-byte fp32 vector
 TOPK_THREADS = E // EPT                   # 224 = 7 warps
 TOPK_WARPS = TOPK_THREADS // 32
 NCAND = TOPK_WARPS * TOP_K                # 112 phase-1 candidates
 INT_MIN = -2147483647 - 1                 # below every finite key's ordered int (a retired slot)
-assert E % ROWS_CTA == 0 and H % (CTA_SPLITS * 32) == 0 and TOK_GROUP % (8 * N_TILES) == 0
-assert TOK_GROUP * X_STRIDE * 2 <= 48 * 1024 and (X_STRIDE * 2) % 128 == 64
+assert E % ROWS_CTA == 0 and H % (CTA_SPLITS * WARPS * 32) == 0
+assert (FRAG * 32) % (32 * WARPS) == 0
 assert TOPK_THREADS % 32 == 0 and 32 * EPT >= TOP_K and NCAND <= TOPK_THREADS
 
 
@@ -124,80 +116,70 @@ class MoERouter:
         M = mX.shape[0]
         g = lane // 4
         t = lane % 4
-        e0 = bn * ROWS_CTA + warp * ROWS_WARP      # this warp's first expert row
-        kv0 = split * (K_C // VEC)                  # first 16-byte vector of the CTA's K slice
+        e0 = bn * ROWS_CTA
+        kv0 = (split * WARPS + warp) * (K_W // VEC) + t     # 16-byte vector index along K
         atom = cute.make_mma_atom(cute.nvgpu.warp.MmaF16BF16Op(BFloat16, Float32, (16, 8, 16)))
-        # every weight vector of this warp in flight before anything else: [KB][M_TILES][row g, g+8]
+        # every weight vector of this warp in flight before any math: [KB][M_TILES][row g, g+8]
         rw = [[[cute.make_rmem_tensor(cute.make_layout((VEC,), stride=(1,)), BFloat16)
                 for _ in range(2)] for _ in range(M_TILES)] for _ in range(KB)]
         for kb in cutlass.range_constexpr(KB):
             for mt in cutlass.range_constexpr(M_TILES):
                 for h in cutlass.range_constexpr(2):
-                    cute.autovec_copy(cute.local_tile(mW[e0 + mt * 16 + h * 8 + g, None], (VEC,), (kv0 + kb * 4 + t,)),
+                    cute.autovec_copy(cute.local_tile(mW[e0 + mt * 16 + h * 8 + g, None], (VEC,), (kv0 + kb * 4,)),
                                       rw[kb][mt][h])
-        # K_ACCS independent accumulator sets (MMA k-step i adds into set i % K_ACCS, summed in set
-        # order at the end): the dependent MMA chain per chunk is 2 * KB / K_ACCS long, not 2 * KB
-        acc = [[[cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), Float32) for _ in range(N_TILES)]
-                for _ in range(M_TILES)] for _ in range(K_ACCS)]
+        acc = [[cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), Float32) for _ in range(N_TILES)]
+               for _ in range(M_TILES)]
         a = cute.make_rmem_tensor(cute.make_layout((8, 1, 1)), BFloat16)
         b = cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), BFloat16)
-        rx = [cute.make_rmem_tensor(cute.make_layout((VEC,), stride=(1,)), BFloat16) for _ in range(KB)]
+        rx = cute.make_rmem_tensor(cute.make_layout((VEC,), stride=(1,)), BFloat16)
         smem = cutlass.memory.SmemAllocator()
-        sX = smem.allocate_tensor(BFloat16, cute.make_layout((TOK_GROUP, X_STRIDE), stride=(X_STRIDE, 1)),
-                                  byte_alignment=16)
-        g2s = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(), BFloat16, num_bits_per_copy=128)
-        vpr = K_C // VEC                            # 16-byte vectors per staged row
-        for grp in cutlass.range(cute.ceil_div(M, TOK_GROUP), unroll=1):
-            g0 = grp * TOK_GROUP
-            rows = cutlass.select_(M - g0 < TOK_GROUP, M - g0, TOK_GROUP)
-            n_vec = cute.ceil_div(rows, 8) * 8 * vpr    # whole 8-token MMA tiles (rows past B: token B-1)
-            cute.arch.barrier()                         # the previous group's readers are done
-            for it in cutlass.range(cute.ceil_div(n_vec, 32 * WARPS), unroll=1):
-                i = it * (32 * WARPS) + tidx
-                if i < n_vec:
-                    r = i // vpr
-                    tok = cutlass.select_(g0 + r < M, g0 + r, M - 1)
-                    cute.copy(g2s, cute.local_tile(mX[tok, None], (VEC,), (kv0 + i % vpr,)),
-                              cute.local_tile(sX[r, None], (VEC,), (i % vpr,)))
-            cute.arch.cp_async_commit_group()
-            cute.arch.cp_async_wait_group(0)
-            cute.arch.barrier()
-            for ch in cutlass.range(cute.ceil_div(rows, 8 * N_TILES), unroll=1):
-                r0 = ch * (8 * N_TILES)
-                for ka in cutlass.range_constexpr(K_ACCS):
-                    for mt in cutlass.range_constexpr(M_TILES):
-                        for nt in cutlass.range_constexpr(N_TILES):
-                            acc[ka][mt][nt].fill(0.0)
+        sRed = smem.allocate_tensor(Float32, cute.make_layout((WARPS, FRAG, 32), stride=(FRAG * 32, 32, 1)),
+                                    byte_alignment=16)
+        # token chunks of 8 * N_TILES reuse the weight registers: any B is served by one pass over W
+        for ch in cutlass.range(cute.ceil_div(M, 8 * N_TILES), unroll=1):
+            tok0 = ch * (8 * N_TILES)
+            for mt in cutlass.range_constexpr(M_TILES):
                 for nt in cutlass.range_constexpr(N_TILES):
-                    if r0 + nt * 8 < rows:                  # warp-uniform
-                        for kb in cutlass.range_constexpr(KB):
-                            cute.autovec_copy(cute.local_tile(sX[r0 + nt * 8 + g, None], (VEC,), (kb * 4 + t,)), rx[kb])
-                        for kb in cutlass.range_constexpr(KB):
-                            for s in cutlass.range_constexpr(2):
-                                for j in cutlass.range_constexpr(4):
-                                    b[j] = rx[kb][4 * s + j]
-                                for mt in cutlass.range_constexpr(M_TILES):
-                                    # PTX A fragment order: (g, k 2t..2t+1), (g+8, ..), (g, k 2t+8..), (g+8, ..)
-                                    a[0] = rw[kb][mt][0][4 * s]
-                                    a[1] = rw[kb][mt][0][4 * s + 1]
-                                    a[2] = rw[kb][mt][1][4 * s]
-                                    a[3] = rw[kb][mt][1][4 * s + 1]
-                                    a[4] = rw[kb][mt][0][4 * s + 2]
-                                    a[5] = rw[kb][mt][0][4 * s + 3]
-                                    a[6] = rw[kb][mt][1][4 * s + 2]
-                                    a[7] = rw[kb][mt][1][4 * s + 3]
-                                    ka = (2 * kb + s) % K_ACCS
-                                    cute.gemm(atom, acc[ka][mt][nt], a, b, acc[ka][mt][nt])
-                # C fragment: c0 (row g, token 2t), c1 (g, 2t+1), c2 (g+8, 2t), c3 (g+8, 2t+1)
-                for mt in cutlass.range_constexpr(M_TILES):
-                    for nt in cutlass.range_constexpr(N_TILES):
-                        for c in cutlass.range_constexpr(4):
-                            tok = g0 + r0 + nt * 8 + 2 * t + c % 2
-                            if tok < M:
-                                tot = acc[0][mt][nt][c]
-                                for ka in cutlass.range_constexpr(1, K_ACCS):
-                                    tot = tot + acc[ka][mt][nt][c]
-                                mWs[split, tok, e0 + mt * 16 + g + (c // 2) * 8] = tot
+                    acc[mt][nt].fill(0.0)
+            for nt in cutlass.range_constexpr(N_TILES):
+                if tok0 + nt * 8 < M:                           # warp-uniform
+                    tok = tok0 + nt * 8 + g
+                    tok = cutlass.select_(tok < M, tok, M - 1)  # rows past B: valid memory, unused columns
+                    for kb in cutlass.range_constexpr(KB):
+                        cute.autovec_copy(cute.local_tile(mX[tok, None], (VEC,), (kv0 + kb * 4,)), rx)
+                        for s in cutlass.range_constexpr(2):
+                            for j in cutlass.range_constexpr(4):
+                                b[j] = rx[4 * s + j]
+                            for mt in cutlass.range_constexpr(M_TILES):
+                                # PTX A fragment order: (g, k 2t..2t+1), (g+8, ..), (g, k 2t+8..), (g+8, ..)
+                                a[0] = rw[kb][mt][0][4 * s]
+                                a[1] = rw[kb][mt][0][4 * s + 1]
+                                a[2] = rw[kb][mt][1][4 * s]
+                                a[3] = rw[kb][mt][1][4 * s + 1]
+                                a[4] = rw[kb][mt][0][4 * s + 2]
+                                a[5] = rw[kb][mt][0][4 * s + 3]
+                                a[6] = rw[kb][mt][1][4 * s + 2]
+                                a[7] = rw[kb][mt][1][4 * s + 3]
+                                cute.gemm(atom, acc[mt][nt], a, b, acc[mt][nt])
+            # CTA reduction over warps in fixed order through shared memory (deterministic)
+            cute.arch.barrier()                                 # the previous chunk's readers are done
+            for idx in cutlass.range_constexpr(FRAG):
+                mt, nt, c = frag_pos(idx)
+                sRed[warp, idx, lane] = acc[mt][nt][c]
+            cute.arch.barrier()
+            for r in cutlass.range_constexpr(FRAG // WARPS):
+                p = r * 32 * WARPS + tidx
+                idx = p // 32
+                ln = p % 32
+                nt = (idx // 4) % N_TILES
+                c = idx % 4
+                tok = tok0 + nt * 8 + (ln % 4) * 2 + c % 2
+                if tok < M:
+                    tot = sRed[0, idx, ln]
+                    for w in cutlass.range_constexpr(1, WARPS):
+                        tot = tot + sRed[w, idx, ln]
+                    ex = e0 + (idx // (N_TILES * 4)) * 16 + ln // 4 + (c // 2) * 8
+                    mWs[split, tok, ex] = tot
 
 
     # ------------------------------------------------------------------ top-k, one CTA per token
@@ -238,8 +220,12 @@ class MoERouter:
             bk, bj = lane_argmax([(okey[v], Int32(v)) for v in range(EPT)])
             top = cute.arch.warp_redux_sync(bk, "max")
             my_id = expert_of(tidx, bj)
-            bi = cute.arch.warp_redux_sync(cutlass.select_(bk == top, my_id, Int32(E)), "min")
-            won = my_id == bi                          # exactly one lane: ids are distinct
+            # ids grow with the lane and a lane's argmax keeps its lowest slot on ties, so the
+            # lowest lane holding the max holds the lowest id with it: one ballot, no second redux
+            is_top = bk == top
+            ahead = cute.arch.vote_ballot_sync(is_top) & ((Int32(1) << lane) - Int32(1))
+            won = is_top & (ahead == Int32(0))         # exactly one lane
+            bi = my_id                                 # read by the winner only
             mine = Float32(0.0)
             for v in cutlass.range_constexpr(EPT):
                 hit = won & (bj == v)
