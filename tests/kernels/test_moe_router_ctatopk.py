@@ -1,5 +1,6 @@
 """The CTA-per-token top-16 of the mma_ctatopk family (a second kernel, 7 warps; also after
-mma_rowsplit's GEMM, and with a ballot instead of the second redux in mma_ctatopk_ballot) and of
+mma_rowsplit's GEMM, with a ballot instead of the second redux in mma_ctatopk_ballot, and with
+pre-sorted lanes and binary-search ranks in mma_ctatopk_merge) and of
 the mma_fused family (the tail of the GEMM kernel, its WARPS warps), emulated in PyTorch on the CPU
 step by step (split-order partial sum, ordered-int keys, per-warp 16 rounds of lane argmax +
 redux max/min, rank merge of the candidates, butterfly weight sum) with the rendered module's
@@ -20,7 +21,7 @@ from harness.opdef import Point
 from kernel_helpers import ROOT, load_module
 
 
-@pytest.fixture(scope="module", params=["mma_ctatopk", "mma_fused", "mma_rowsplit", "mma_ctatopk_ballot"])
+@pytest.fixture(scope="module", params=["mma_ctatopk", "mma_fused", "mma_rowsplit", "mma_ctatopk_ballot", "mma_ctatopk_merge"])
 def cta_module(request):
     from harness.agent.families import load_family
 
@@ -77,10 +78,14 @@ def emulate_topk(m, parts: torch.Tensor, bias: torch.Tensor):
                 slot = m.cand_slot(warp, rnd)
                 ck[slot], ci[slot], cs[slot] = top, bi, float(sc[b, bi])
         assert sorted(ci) == sorted(set(ci))            # NCAND distinct candidates
+        if getattr(m, "TOPK_MERGE", False):
+            assert merge_phase1(m, okey[b], sc[b]) == (ck, ci, cs)      # pre-sorted lanes: the same lists
         sw = [0.0] * 32
         si = [0] * 32
         for i in range(m.NCAND):
             rank = sum(1 for j in range(m.NCAND) if ck[j] > ck[i] or (ck[j] == ck[i] and ci[j] < ci[i]))
+            if getattr(m, "TOPK_MERGE", False):
+                assert merge_rank(m, ck, ci, i) == rank
             if rank < m.TOP_K:
                 sw[rank], si[rank] = cs[i], ci[i]
         vals = [torch.tensor(v, dtype=torch.float32) for v in sw]
@@ -90,6 +95,48 @@ def emulate_topk(m, parts: torch.Tensor, bias: torch.Tensor):
                                 for l in range(m.TOP_K)])
         out_i[b] = torch.tensor(si[: m.TOP_K], dtype=torch.int32)
     return out_w, out_i
+
+
+def merge_phase1(m, okey_row: torch.Tensor, sc_row: torch.Tensor):
+    """mma_ctatopk_merge's phase 1 step by step: each lane sorts its slots with the module's
+    SORT4 network and `beats` (slot as the id), then per round redux max of the heads, the
+    lowest lane holding it wins (ballot) and pops its head. Returns the (keys, ids, scores) slots."""
+    ck, ci, cs = [0] * m.NCAND, [0] * m.NCAND, [0.0] * m.NCAND
+    for warp in range(m.TOPK_WARPS):
+        heads = {}
+        for lane in range(32):
+            t = 32 * warp + lane
+            hk = [int(okey_row[m.expert_of(t, v)]) for v in range(m.EPT)]
+            hv = list(range(m.EPT))
+            for i, j in m.SORT4:
+                if m.beats(hk[j], hv[j], hk[i], hv[i]):
+                    hk[i], hk[j], hv[i], hv[j] = hk[j], hk[i], hv[j], hv[i]
+            assert [(k, v) for k, v in zip(hk, hv)] == sorted(zip(hk, hv), key=lambda kv: (-kv[0], kv[1]))
+            heads[lane] = (hk, hv)
+        for rnd in range(m.TOP_K):
+            top = max(hk[0] for hk, _ in heads.values())                      # redux max
+            lane = min(lane for lane, (hk, _) in heads.items() if hk[0] == top)  # ballot: lowest lane
+            hk, hv = heads[lane]
+            eid = m.expert_of(32 * warp + lane, hv[0])
+            slot = m.cand_slot(warp, rnd)
+            ck[slot], ci[slot], cs[slot] = top, eid, float(sc_row[eid])
+            heads[lane] = (hk[1:] + [m.INT_MIN], hv[1:] + [hv[-1]])
+    return ck, ci, cs
+
+
+def merge_rank(m, ck, ci, i) -> int:
+    """mma_ctatopk_merge's phase 2 for candidate slot i: per warp list, SEARCH_STEPS probes then
+    one more, counting the list's candidates that beat it."""
+    rank = 0
+    for w2 in range(m.TOPK_WARPS):
+        base = m.cand_slot(w2, 0)
+        pos = 0
+        for step in m.SEARCH_STEPS:
+            q = base + pos + step - 1
+            pos += step if m.beats(ck[q], ci[q], ck[i], ci[i]) else 0
+        pos += 1 if m.beats(ck[base + pos], ci[base + pos], ck[i], ci[i]) else 0
+        rank += pos
+    return rank
 
 
 def parts_of(m, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -197,12 +244,17 @@ def test_negative_logits_and_keys(cta_module):
     check_against_reference(m, logits, bias)
 
 
-def test_ballot_ptx_has_one_redux_per_round(tmp_path):
-    """mma_ctatopk_ballot: 16 redux.sync max and 16 ballots in the top-k kernel, no redux min."""
+@pytest.mark.parametrize("family", ["mma_ctatopk_ballot", "mma_ctatopk_merge"])
+def test_ballot_ptx_has_one_redux_per_round(family, tmp_path):
+    """16 redux.sync max and 16 ballots in the top-k kernel, no redux min; the merge family's
+    phase 2 reads 7 lists x 5 probes x (key, id) from shared memory (plus its own slot)."""
     from kernel_helpers import compiled_ptx, family_candidates, ptx_entries
 
-    cid = family_candidates("moe_router", "mma_ctatopk_ballot")[0]
+    cid = family_candidates("moe_router", family)[0]
     topk = ptx_entries(compiled_ptx(ROOT / "kernels_generated/moe_router" / cid / "kernel.py", tmp_path))["kernel_cutlass_topk_kernel"]
     assert len(re.findall(r"redux\.sync\.max\.s32", topk)) == 16
     assert len(re.findall(r"vote\.sync\.ballot\.b32", topk)) == 16
     assert "redux.sync.min" not in topk
+    if family == "mma_ctatopk_merge":
+        loads = len(re.findall(r"ld\.shared\.(?:u32|b32|s32)", topk))
+        assert 70 <= loads <= 80, loads
