@@ -1,7 +1,7 @@
 """moe_router candidate: tensor-core (mma.sync bf16, swap-AB) router GEMM + CTA-per-token top-16.
 
 Rendered from prompts/kernels/moe_router/mma_ctatopk_merge.py.j2 with
-    m_tiles=1 n_tiles=1 warps=4 cta_splits=7 pdl=True
+    m_tiles=2 n_tiles=1 warps=4 cta_splits=8 k_accs=2 pdl=True
 
 Math (reference_impls/moe_router.py):
     logits = x @ W^T (fp32 accumulate), s = sigmoid(logits), ids = top16(s + bias),
@@ -39,10 +39,11 @@ H, E, TOP_K = 7168, 896, 16
 B_MAX = 64
 ROUTED_SCALING_FACTOR = 1.0
 VEC = 8                                   # bf16 per 16-byte load
-M_TILES = 1                   # 16-row MMA tiles per warp
+M_TILES = 2                   # 16-row MMA tiles per warp
 N_TILES = 1                   # 8-token MMA tiles (B <= 8 * N_TILES)
 WARPS = 4
-CTA_SPLITS = 7
+CTA_SPLITS = 8
+K_ACCS = 2                      # independent accumulator sets along K (MMA latency)
 PDL = True
 TOPK_BALLOT = True                        # phase-1 winner by ballot (lowest lane), not by redux min of ids
 TOPK_MERGE = True                         # lanes pre-sorted; phase 2 by binary searches
@@ -136,8 +137,10 @@ class MoERouter:
                 for h in cutlass.range_constexpr(2):
                     cute.autovec_copy(cute.local_tile(mW[e0 + mt * 16 + h * 8 + g, None], (VEC,), (kv0 + kb * 4,)),
                                       rw[kb][mt][h])
-        acc = [[cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), Float32) for _ in range(N_TILES)]
-               for _ in range(M_TILES)]
+        # K_ACCS accumulator sets: MMA k-step i adds into set i % K_ACCS (summed in set order), so
+        # the dependent MMA chain per chunk is 2 * KB / K_ACCS long
+        acc = [[[cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), Float32) for _ in range(N_TILES)]
+                for _ in range(M_TILES)] for _ in range(K_ACCS)]
         a = cute.make_rmem_tensor(cute.make_layout((8, 1, 1)), BFloat16)
         b = cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), BFloat16)
         rx = cute.make_rmem_tensor(cute.make_layout((VEC,), stride=(1,)), BFloat16)
@@ -147,9 +150,10 @@ class MoERouter:
         # token chunks of 8 * N_TILES reuse the weight registers: any B is served by one pass over W
         for ch in cutlass.range(cute.ceil_div(M, 8 * N_TILES), unroll=1):
             tok0 = ch * (8 * N_TILES)
-            for mt in cutlass.range_constexpr(M_TILES):
-                for nt in cutlass.range_constexpr(N_TILES):
-                    acc[mt][nt].fill(0.0)
+            for ka in cutlass.range_constexpr(K_ACCS):
+                for mt in cutlass.range_constexpr(M_TILES):
+                    for nt in cutlass.range_constexpr(N_TILES):
+                        acc[ka][mt][nt].fill(0.0)
             for nt in cutlass.range_constexpr(N_TILES):
                 if tok0 + nt * 8 < M:                           # warp-uniform
                     tok = tok0 + nt * 8 + g
@@ -169,12 +173,16 @@ class MoERouter:
                                 a[5] = rw[kb][mt][0][4 * s + 3]
                                 a[6] = rw[kb][mt][1][4 * s + 2]
                                 a[7] = rw[kb][mt][1][4 * s + 3]
-                                cute.gemm(atom, acc[mt][nt], a, b, acc[mt][nt])
+                                ka = (2 * kb + s) % K_ACCS
+                                cute.gemm(atom, acc[ka][mt][nt], a, b, acc[ka][mt][nt])
             # CTA reduction over warps in fixed order through shared memory (deterministic)
             cute.arch.barrier()                                 # the previous chunk's readers are done
             for idx in cutlass.range_constexpr(FRAG):
                 mt, nt, c = frag_pos(idx)
-                sRed[warp, idx, lane] = acc[mt][nt][c]
+                part = acc[0][mt][nt][c]
+                for ka in cutlass.range_constexpr(1, K_ACCS):
+                    part = part + acc[ka][mt][nt][c]
+                sRed[warp, idx, lane] = part
             cute.arch.barrier()
             for r in cutlass.range_constexpr(FRAG // WARPS):
                 p = r * 32 * WARPS + tidx
