@@ -3,6 +3,11 @@
 #
 #   source scripts/gpu/at_head.sh && bash scripts/gpu/gate.sh OP CANDIDATE_ID [CANDIDATE_ID ...]
 #   run carry: [".device", ".whl"], from a clean committed tree (at_head.sh: HEAD, with git history)
+#   when .device + .whl + the tree pass the 64 MiB carry (du counts blocks): first a call with
+#   carry [".whl"] only, running
+#     mkdir -p /tmp/site && xz -dc .whl/site.tar.xz | tar xf - -C /tmp/site && touch /tmp/site/.ok
+#   then, before the machine goes idle (30 s), this script with carry [".device"] only: setup.sh
+#   finds /tmp/site/.ok and puts /tmp/site (llguidance, for numerics_model) on PYTHONPATH
 #   MODEL_CONFIG=preset[:layers] the K3 config of numerics_model and the layer A/B (every op);
 #     default k3-tp8-rank-addnorm for add_rmsnorm (the only decode path that calls it), else k3-tp8-rank
 #
