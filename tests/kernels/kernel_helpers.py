@@ -54,6 +54,90 @@ def load_module(path: Path, name: str):
     return mod
 
 
+def rendered_points(op: str, family: str, tmp_path: Path):
+    """Every feasible point of a template family, rendered into tmp_path and imported:
+    a list of (params, module) (nothing compiled)."""
+    from harness.agent.families import load_family
+
+    fam = load_family(ROOT / "prompts/kernels" / op / f"{family}.py.j2", op)
+    out = []
+    for i, c in enumerate(fam.configs()):
+        (tmp_path / f"p{i}.py").write_text(fam.render(c))
+        out.append((c, load_module(tmp_path / f"p{i}.py", f"{family}_point_{i}")))
+    return out
+
+
+def _router_case(batch: int, seed: int):
+    """(op definition, seeded CUDA inputs, poisoned outputs) of one moe_router call at TP8."""
+    import torch
+
+    import reference_impls
+    from harness.opdef import Point
+
+    defn = reference_impls.get("moe_router")
+    point = Point(batch=batch, tp=8)
+    inp = defn.make_inputs(point, torch.Generator().manual_seed(seed), "cuda")
+    return defn, inp, defn.alloc_outputs(point, "cuda", poison=True)
+
+
+def check_router(defn, outs, inp, label: str) -> None:
+    """The kernel's outputs against the reference on the same inputs (harness.compare)."""
+    from harness.compare import compare
+
+    res = compare(defn, outs, defn.run_reference(inp), inp)
+    assert res.ok, f"{label}: {res.summary()}"
+
+
+def check_router_calls(mod, compiled, batches, seed: int, label: str, after_call=None) -> None:
+    """On the GPU: one synchronised moe_router call per batch (inputs seeded seed + i), each
+    checked against the reference; after_call(inputs, batch) runs after each check."""
+    import torch
+
+    for i, batch in enumerate(batches):
+        defn, inp, outs = _router_case(batch, seed + i)
+        mod.launch(compiled, **inp, **outs)
+        torch.cuda.synchronize()
+        check_router(defn, outs, inp, f"{label} call {i} B={batch}")
+        if after_call is not None:
+            after_call(inp, batch)
+
+
+def check_router_back_to_back(mod, compiled, batches, seed: int, label: str) -> list[dict]:
+    """On the GPU: every call launched without a sync in between (a PDL kernel may overlap the
+    call before), then each checked; returns the calls' inputs."""
+    import torch
+
+    runs = [(*_router_case(batch, seed + i), batch) for i, batch in enumerate(batches)]
+    for _, inp, outs, _ in runs:
+        mod.launch(compiled, **inp, **outs)
+    torch.cuda.synchronize()
+    for i, (defn, inp, outs, batch) in enumerate(runs):
+        check_router(defn, outs, inp, f"{label} back-to-back {i} B={batch}")
+    return [inp for _, inp, _, _ in runs]
+
+
+def check_router_graph(mod, compiled, batch: int, seed: int, label: str, replays: int) -> list[dict]:
+    """On the GPU: one eager call (workspaces exist before capture), then a CUDA graph of three
+    calls on different inputs (seeded seed + i) replayed `replays` times, each checked; returns
+    the calls' inputs."""
+    import torch
+
+    cases = [_router_case(batch, seed + i) for i in range(3)]
+    _, inp0, outs0 = cases[0]
+    mod.launch(compiled, **inp0, **outs0)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _, inp, outs in cases:
+            mod.launch(compiled, **inp, **outs)
+    for _ in range(replays):
+        g.replay()
+    torch.cuda.synchronize()
+    for i, (defn, inp, outs) in enumerate(cases):
+        check_router(defn, outs, inp, f"{label} call {i}")
+    return [inp for _, inp, _ in cases]
+
+
 def check_attn_res_on_strided_blocks(mod, label: str, nbs, batches, seed) -> None:
     """On the GPU: an attn_res kernel module at each block count nb, on the decoder's strided
     view (rows nb..7 of a [B, 8, H] buffer NaN, so a read past nb shows) and on compact blocks,

@@ -16,7 +16,8 @@ import re
 import pytest
 import torch
 
-from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module
+from kernel_helpers import (ROOT, check_router_back_to_back, check_router_calls, check_router_graph, compiled_ptx,
+                            family_candidates, load_module)
 
 FAMILY = "mma_fused"
 PREFETCH = "mma_ctatopk_pf"    # two kernels, the GEMM's weight loads before griddepcontrol.wait
@@ -83,47 +84,21 @@ def test_prefetch_ptx_loads_weights_before_the_wait(cid, tmp_path):
     assert topk.index("griddepcontrol.launch_dependents") < topk.index("griddepcontrol.wait")
 
 
-def _check(defn, outs, ref, inp, label):
-    from harness.compare import compare
-
-    res = compare(defn, outs, ref, inp)
-    assert res.ok, f"{label}: {res.summary()}"
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cid", _candidates())
 def test_gpu_matches_reference_and_leaves_the_counters_zero(cid):
-    import reference_impls
-    from harness.opdef import Point
-
     mod = _module(cid)
-    defn = reference_impls.get("moe_router")
     compiled = mod.compile(8, "--enable-tvm-ffi")
-    batches = (1, 2, 64, 5, 8, 17, 33, 1, 64, 3)
-    for i, batch in enumerate(batches):
-        point = Point(batch=batch, tp=8)
-        inp = defn.make_inputs(point, torch.Generator().manual_seed(1000 + i), "cuda")
-        outs = defn.alloc_outputs(point, "cuda", poison=True)
-        mod.launch(compiled, **inp, **outs)
-        torch.cuda.synchronize()
-        _check(defn, outs, defn.run_reference(inp), inp, f"{cid} call {i} B={batch}")
+
+    def counters_zero(inp, batch):
         _, cnt = mod.workspace(inp["x"].device)
         assert cnt.tolist() == [0, 0, 0, 0], (cid, batch, cnt.tolist())
 
+    check_router_calls(mod, compiled, (1, 2, 64, 5, 8, 17, 33, 1, 64, 3), 1000, cid, after_call=counters_zero)
     # back to back without a sync (with pdl the next call starts while this one finishes)
-    runs = []
-    for i, batch in enumerate((64, 1, 64, 8, 64, 2) * 4):
-        point = Point(batch=batch, tp=8)
-        inp = defn.make_inputs(point, torch.Generator().manual_seed(2000 + i), "cuda")
-        outs = defn.alloc_outputs(point, "cuda", poison=True)
-        runs.append((inp, outs, batch))
-    for inp, outs, _ in runs:
-        mod.launch(compiled, **inp, **outs)
-    torch.cuda.synchronize()
-    for i, (inp, outs, batch) in enumerate(runs):
-        _check(defn, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
-    assert mod.workspace(runs[0][0]["x"].device)[1].tolist() == [0, 0, 0, 0]
+    inputs = check_router_back_to_back(mod, compiled, (64, 1, 64, 8, 64, 2) * 4, 2000, cid)
+    assert mod.workspace(inputs[0]["x"].device)[1].tolist() == [0, 0, 0, 0]
 
 
 @pytest.mark.gpu
@@ -131,46 +106,15 @@ def test_gpu_matches_reference_and_leaves_the_counters_zero(cid):
 @pytest.mark.parametrize("cid", _candidates(PREFETCH))
 def test_gpu_prefetch_back_to_back(cid):
     """Calls without a sync: each GEMM may start while the call before is in its top-k."""
-    import reference_impls
-    from harness.opdef import Point
-
     mod = _module(cid)
-    defn = reference_impls.get("moe_router")
-    compiled = mod.compile(8, "--enable-tvm-ffi")
-    runs = []
-    for i, batch in enumerate((64, 1, 64, 8, 64, 2) * 4):
-        point = Point(batch=batch, tp=8)
-        runs.append((defn.make_inputs(point, torch.Generator().manual_seed(4000 + i), "cuda"),
-                     defn.alloc_outputs(point, "cuda", poison=True), batch))
-    for inp, outs, _ in runs:
-        mod.launch(compiled, **inp, **outs)
-    torch.cuda.synchronize()
-    for i, (inp, outs, batch) in enumerate(runs):
-        _check(defn, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
+    check_router_back_to_back(mod, mod.compile(8, "--enable-tvm-ffi"), (64, 1, 64, 8, 64, 2) * 4, 4000, cid)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cid", _candidates())
 def test_gpu_cuda_graph_replay(cid):
-    import reference_impls
-    from harness.opdef import Point
-
     mod = _module(cid)
-    defn = reference_impls.get("moe_router")
     compiled = mod.compile(8, "--enable-tvm-ffi")
-    point = Point(batch=8, tp=8)
-    sets = [defn.make_inputs(point, torch.Generator().manual_seed(3000 + i), "cuda") for i in range(3)]
-    outs = [defn.alloc_outputs(point, "cuda", poison=True) for _ in sets]
-    mod.launch(compiled, **sets[0], **outs[0])          # eager first: the workspace exists before capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for inp, o in zip(sets, outs):
-            mod.launch(compiled, **inp, **o)
-    for _ in range(20):
-        g.replay()
-    torch.cuda.synchronize()
-    for i, (inp, o) in enumerate(zip(sets, outs)):
-        _check(defn, o, defn.run_reference(inp), inp, f"{cid} graph call {i}")
-    assert mod.workspace(sets[0]["x"].device)[1].tolist() == [0, 0, 0, 0]
+    inputs = check_router_graph(mod, compiled, 8, 3000, f"{cid} graph", replays=20)
+    assert mod.workspace(inputs[0]["x"].device)[1].tolist() == [0, 0, 0, 0]

@@ -16,7 +16,8 @@ import re
 import pytest
 import torch
 
-from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module, ptx_entries
+from kernel_helpers import (ROOT, check_router_back_to_back, check_router_calls, check_router_graph, compiled_ptx,
+                            family_candidates, load_module, ptx_entries, rendered_points)
 
 FAMILY = "mma_rowsplit"
 H, E = 7168, 896
@@ -39,14 +40,9 @@ def test_every_point_tiles_the_gemm_and_fits(tmp_path):
     """Each feasible point, rendered: E x H tiled exactly, the x stage within 48 KiB of static
     shared memory, rows 64 bytes off a 128-byte multiple (8 lanes of a 16-byte load phase hit
     two rows in opposite bank halves), the weights within 128 registers per lane."""
-    from harness.agent.families import load_family
-
-    fam = load_family(ROOT / f"prompts/kernels/moe_router/{FAMILY}.py.j2", "moe_router")
-    cfgs = fam.configs()
-    assert len(cfgs) >= 10
-    for i, c in enumerate(cfgs):
-        (tmp_path / f"p{i}.py").write_text(fam.render(c))
-        m = load_module(tmp_path / f"p{i}.py", f"rowsplit_point_{i}")
+    points = rendered_points("moe_router", FAMILY, tmp_path)
+    assert len(points) >= 10
+    for c, m in points:
         assert m.N_BLOCKS * m.ROWS_CTA == E and m.ROWS_CTA == m.ROWS_WARP * m.WARPS, c
         assert m.CTA_SPLITS * m.K_C == H and m.KB * 32 == m.K_C, c
         assert m.X_STRIDE >= m.K_C and (m.X_STRIDE * 2) % 128 == 64, c
@@ -67,63 +63,19 @@ def test_ptx_streams_weights_then_stages_x_without_a_reduction(tmp_path):
     assert gemm.count("ld.shared.v4.b32") == m.KB * m.N_TILES
 
 
-def _check(defn, outs, ref, inp, label):
-    from harness.compare import compare
-
-    res = compare(defn, outs, ref, inp)
-    assert res.ok, f"{label}: {res.summary()}"
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cid", _candidates())
 def test_gpu_matches_reference(cid):
-    import reference_impls
-    from harness.opdef import Point
-
     mod = _module(cid)
-    defn = reference_impls.get("moe_router")
     compiled = mod.compile(8, "--enable-tvm-ffi")
-    for i, batch in enumerate((1, 2, 64, 5, 8, 17, 31, 32, 33, 1, 40, 63, 64, 3)):
-        point = Point(batch=batch, tp=8)
-        inp = defn.make_inputs(point, torch.Generator().manual_seed(5000 + i), "cuda")
-        outs = defn.alloc_outputs(point, "cuda", poison=True)
-        mod.launch(compiled, **inp, **outs)
-        torch.cuda.synchronize()
-        _check(defn, outs, defn.run_reference(inp), inp, f"{cid} call {i} B={batch}")
-    runs = []                                       # back to back: PDL overlaps the calls
-    for i, batch in enumerate((64, 1, 33, 8, 64, 2) * 3):
-        point = Point(batch=batch, tp=8)
-        runs.append((defn.make_inputs(point, torch.Generator().manual_seed(6000 + i), "cuda"),
-                     defn.alloc_outputs(point, "cuda", poison=True), batch))
-    for inp, outs, _ in runs:
-        mod.launch(compiled, **inp, **outs)
-    torch.cuda.synchronize()
-    for i, (inp, outs, batch) in enumerate(runs):
-        _check(defn, outs, defn.run_reference(inp), inp, f"{cid} back-to-back {i} B={batch}")
+    check_router_calls(mod, compiled, (1, 2, 64, 5, 8, 17, 31, 32, 33, 1, 40, 63, 64, 3), 5000, cid)
+    check_router_back_to_back(mod, compiled, (64, 1, 33, 8, 64, 2) * 3, 6000, cid)   # PDL overlaps the calls
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cid", _candidates()[:1])
 def test_gpu_cuda_graph_replay(cid):
-    import reference_impls
-    from harness.opdef import Point
-
     mod = _module(cid)
-    defn = reference_impls.get("moe_router")
-    compiled = mod.compile(8, "--enable-tvm-ffi")
-    point = Point(batch=40, tp=8)
-    sets = [defn.make_inputs(point, torch.Generator().manual_seed(7000 + i), "cuda") for i in range(3)]
-    outs = [defn.alloc_outputs(point, "cuda", poison=True) for _ in sets]
-    mod.launch(compiled, **sets[0], **outs[0])          # eager first: the workspace exists before capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for inp, o in zip(sets, outs):
-            mod.launch(compiled, **inp, **o)
-    for _ in range(10):
-        g.replay()
-    torch.cuda.synchronize()
-    for i, (inp, o) in enumerate(zip(sets, outs)):
-        _check(defn, o, defn.run_reference(inp), inp, f"{cid} graph call {i}")
+    check_router_graph(mod, mod.compile(8, "--enable-tvm-ffi"), 40, 7000, f"{cid} graph", replays=10)
