@@ -138,6 +138,21 @@ def check_router_graph(mod, compiled, batch: int, seed: int, label: str, replays
     return [inp for _, inp, _ in cases]
 
 
+def attn_res_owner(cs: int, threads: int, vec: int, h: int = 7168):
+    """[CS, THREADS, NV, VEC] column of (rank, thread, vector k, element) and [CS, THREADS, NV] live mask,
+    the kernel's map: vector rank*SV + k*THREADS + t, live while k*THREADS + t < SV."""
+    import torch
+
+    sv = h // (cs * vec)
+    nv = -(-sv // threads)
+    r = torch.arange(cs)[:, None, None]
+    t = torch.arange(threads)[None, :, None]
+    k = torch.arange(nv)[None, None, :]
+    live = (k * threads + t < sv).expand(cs, threads, nv)
+    col = ((r * sv + k * threads + t)[..., None] * vec + torch.arange(vec)).where(live[..., None], 0)
+    return col, live
+
+
 def check_attn_res_on_strided_blocks(mod, label: str, nbs, batches, seed) -> None:
     """On the GPU: an attn_res kernel module at each block count nb, on the decoder's strided
     view (rows nb..7 of a [B, 8, H] buffer NaN, so a read past nb shows) and on compact blocks,

@@ -18,7 +18,7 @@ import sys
 import pytest
 import torch
 
-from kernel_helpers import ROOT, check_attn_res_on_strided_blocks, family_candidates, load_module
+from kernel_helpers import ROOT, attn_res_owner as _owner, check_attn_res_on_strided_blocks, family_candidates, load_module
 
 H, EPS = 7168, 1e-5
 FAMILY = "clustermix"              # and clustermix_pf: the same kernel, dependents launched early
@@ -30,19 +30,6 @@ def _candidates() -> list[str]:
 
 def _module(cid: str):
     return load_module(ROOT / "kernels_generated/attn_res" / cid / "kernel.py", f"attn_res_cm_{cid}")
-
-
-def _owner(cs: int, threads: int, vec: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """[CS, THREADS, NV, VEC] column of (rank, thread, vector k, element) and [CS, THREADS, NV] live mask,
-    the kernel's map: vector rank*SV + k*THREADS + t, live while k*THREADS + t < SV."""
-    sv = H // (cs * vec)
-    nv = -(-sv // threads)
-    r = torch.arange(cs)[:, None, None]
-    t = torch.arange(threads)[None, :, None]
-    k = torch.arange(nv)[None, None, :]
-    live = (k * threads + t < sv).expand(cs, threads, nv)
-    col = ((r * sv + k * threads + t)[..., None] * vec + torch.arange(vec)).where(live[..., None], 0)
-    return col, live
 
 
 def _cluster_sum(per_col: torch.Tensor, col: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
