@@ -1,11 +1,19 @@
-"""The add_rmsnorm clusterrow family (a row split over a cluster of CS CTAs, DSMEM reduction).
+"""The add_rmsnorm cluster families: a row split over a cluster of CS CTAs, reduced through DSMEM.
+clusterrow pulls (CTA barrier, warp 0 sums the warps, cluster barrier, every CTA loads the peers'
+partials, exit barrier); clusterpush pushes (lane 0 of every warp stores its sum into every CTA,
+one cluster barrier, local sums in (rank, warp) order).
 
 CPU: a torch emulation of each committed candidate's exact partition (from the rendered module:
-CS, THREADS, VEC, SV, NV, vector_of) and reduction order - per thread over its vectors k in order,
-the 5-step warp butterfly, warps in order into the CTA partial, CTA partials in rank order - against
-the op reference (harness.compare); every feasible point of the space owns each column exactly once.
+CS, THREADS, VEC, SV, NV, vector_of) and its family's reduction order against the op reference
+(harness.compare); every feasible point of each space owns each column exactly once; the push
+kernel compiles to one cluster barrier, CS pushes and no peer loads.
 GPU (-m gpu): each candidate against the reference at B = 1, 3, 64."""
 from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -13,11 +21,16 @@ import torch
 from kernel_helpers import ROOT, family_candidates, load_module
 
 H, EPS = 7168, 1e-5
-FAMILY = "clusterrow"
+FAMILIES = ("clusterrow", "clusterpush")
 
 
-def _candidates() -> list[str]:
-    return family_candidates("add_rmsnorm", FAMILY)
+def _candidates(*families: str) -> list[str]:
+    return family_candidates("add_rmsnorm", *(families or FAMILIES))
+
+
+def _family(cid: str) -> str:
+    meta = json.loads((ROOT / "kernels_generated/add_rmsnorm" / cid / "candidate.json").read_text())
+    return meta["provenance"]["template"]["family"]
 
 
 def _module(cid: str):
@@ -31,14 +44,16 @@ def _columns(m) -> torch.Tensor:
     return vix[..., None] * m.VEC + torch.arange(m.VEC)
 
 
-def test_there_are_committed_candidates():
-    assert _candidates()
+@pytest.mark.parametrize("family", FAMILIES)
+def test_there_are_committed_candidates(family):
+    assert _candidates(family)
 
 
-def test_every_feasible_point_owns_each_column_once():
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_feasible_point_owns_each_column_once(family):
     from harness.agent.families import load_family
 
-    fam = load_family(ROOT / f"prompts/kernels/add_rmsnorm/{FAMILY}.py.j2", "add_rmsnorm")
+    fam = load_family(ROOT / f"prompts/kernels/add_rmsnorm/{family}.py.j2", "add_rmsnorm")
     for c in fam.configs():
         sv = H // (c["cs"] * c["vec"])
         nv = sv // c["threads"]
@@ -68,16 +83,49 @@ def test_emulation_matches_reference(cid):
     lanes = thr.unflatten(-1, (m.NWARPS, 32))                            # [B, CS, NWARPS, 32]
     for off in (16, 8, 4, 2, 1):                                         # shfl.bfly
         lanes = lanes + lanes[..., torch.arange(32) ^ off]
-    cta = torch.zeros(lanes.shape[:2])
-    for w in range(m.NWARPS):                                            # warps in order
-        cta = cta + lanes[..., w, 0]
-    tot = torch.zeros(cta.shape[0])
-    for q in range(m.CS):                                                # rank order
-        tot = tot + cta[:, q]
+    tot = torch.zeros(lanes.shape[0])
+    if _family(cid) == "clusterpush":
+        for q in range(m.CS):                                            # slots in (rank, warp) order
+            for w in range(m.NWARPS):
+                tot = tot + lanes[:, q, w, 0]
+    else:
+        cta = torch.zeros(lanes.shape[:2])
+        for w in range(m.NWARPS):                                        # warps in order
+            cta = cta + lanes[..., w, 0]
+        for q in range(m.CS):                                            # rank order
+            tot = tot + cta[:, q]
     rstd = torch.rsqrt(tot / H + EPS)
     out = (h * rstd[:, None] * inp["weight"].float()).to(torch.bfloat16)
     res = compare(defn, {"out": out, "residual_out": r}, defn.run_reference(inp), inp)
     assert res.ok, res.summary()
+
+
+PROBE = r"""
+import importlib.util, json, os, re, sys, pathlib, tempfile
+os.environ["CUTE_DSL_ARCH"] = "sm_90a"
+os.environ["CUTE_DSL_KEEP"] = "ptx"
+dump = tempfile.mkdtemp(prefix="cp-probe-")
+os.environ["CUTE_DSL_DUMP_DIR"] = dump
+spec = importlib.util.spec_from_file_location("cp_kernel", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+mod.compile(8, "--enable-tvm-ffi")
+ptx = "\n".join(p.read_text() for p in pathlib.Path(dump).rglob("*.ptx"))
+count = lambda pat: len(re.findall(pat, ptx))
+print(json.dumps({"arrive": count(r"barrier\.cluster\.arrive"), "wait": count(r"barrier\.cluster\.wait"),
+                  "bar_sync": count(r"\bbar\.sync|\bbarrier\.sync"), "st_cluster": count(r"st\.shared::cluster\.f32"),
+                  "ld_cluster": count(r"ld\.shared::cluster"), "cs": mod.CS}))
+"""
+
+
+@pytest.mark.parametrize("cid", _candidates("clusterpush"))
+def test_push_compiles_to_one_barrier_and_no_peer_loads(cid):
+    res = subprocess.run([sys.executable, "-c", PROBE, str(ROOT / "kernels_generated/add_rmsnorm" / cid / "kernel.py")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert (out["arrive"], out["wait"], out["bar_sync"], out["ld_cluster"]) == (1, 1, 0, 0), out
+    assert out["st_cluster"] == out["cs"], out
 
 
 @pytest.mark.gpu
