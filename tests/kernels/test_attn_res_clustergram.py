@@ -1,12 +1,15 @@
-"""The attn_res clustergram family (one reduction round: Gram matrix + dots pushed through DSMEM).
+"""The attn_res clustergram family (reductions pushed through DSMEM ahead of one cluster barrier;
+rounds=1: one round, Gram matrix + dots; rounds=2: (sumsq, dot) per source, then the mix's sumsq).
 
-CPU: a torch emulation of each human candidate's exact partition (CS, THREADS, VEC, SV, NV from the
-rendered module) and reduction order - per thread over its vectors k in order, the halving butterfly
-lane by lane (which lane keeps which half, which lane ends with which totals), the pushed slots
-summed in (rank, warp) order, the logits, softmax and the Gram quadratic form as every lane forms
-them - against the op reference (harness.compare) at NB = 1, 3, 8, also on inputs whose mix cancels
-its sources 100-fold (the case the Gram identity loses precision in). Every feasible point owns each
-column once; the compile emits one cluster barrier, pushes (st.shared::cluster) and no peer loads.
+CPU: a torch emulation of each human candidate's exact partition (CS, THREADS, VEC, SV, NV, ROUNDS
+from the rendered module) and reduction order - per thread over its vectors k in order, the halving
+butterfly lane by lane (which lane keeps which half, which lane ends with which totals), the pushed
+slots summed in (rank, warp) order, the logits and softmax as every lane forms them, then the Gram
+quadratic form (rounds=1) or the second pushed round (rounds=2) - against the op reference
+(harness.compare) at NB = 1, 3, 8, also on inputs whose mix cancels its sources 100-fold (the case
+the Gram identity loses precision in). Every feasible point owns each column once; the compile
+emits ROUNDS cluster barriers (CTA barriers at CS = 1), pushes (st.shared::cluster), the planned
+shuffles, and no peer loads.
 GPU (-m gpu): each candidate on the decoder's strided view (rows past nb NaN) and on compact blocks."""
 from __future__ import annotations
 
@@ -84,20 +87,38 @@ def _emulate(mod, inp: dict, nb: int) -> dict[str, torch.Tensor]:
     logit = torch.stack([allv[:, ng + j] * torch.rsqrt(allv[:, gidx[(j, j)]] * (1.0 / H) + EPS) for j in range(ns)], -1)
     e = torch.exp2((logit - logit.amax(-1, keepdim=True)) * (1.0 / math.log(2.0)))
     p = e / e.sum(-1, keepdim=True)
-    q = torch.zeros(allv.shape[0])
-    for g, (a, b) in enumerate(pairs):
-        q = q + p[:, a] * p[:, b] * (1.0 if a == b else 2.0) * allv[:, g]
-    rstd = torch.rsqrt(q.clamp_min(0) * (1.0 / H) + EPS)[:, None]
     mixed = v[:, nb] * p[:, nb, None]
     for j in range(nb):
         mixed = mixed + v[:, j] * p[:, j, None]
+    if mod.ROUNDS == 1:
+        q = torch.zeros(allv.shape[0])
+        for g, (a, b) in enumerate(pairs):
+            q = q + p[:, a] * p[:, b] * (1.0 if a == b else 2.0) * allv[:, g]
+    else:                                                                       # round 2: plain butterfly, lane 0 pushes
+        sq = (mixed * mixed)[:, col] * live[..., None]                         # [B, CS, T, NV, VEC]
+        thr2 = torch.zeros(sq.shape[:-2])
+        for k in range(mod.NV):
+            thr2 = thr2 + sq[..., k, :].sum(-1)
+        lanes2 = thr2.unflatten(-1, (mod.NWARPS, 32))                          # [B, CS, NWARPS, 32]
+        for h in range(5):
+            lanes2 = lanes2 + lanes2[..., torch.arange(32) ^ (16 >> h)]
+        q = torch.zeros(allv.shape[0])
+        for s2 in lanes2[..., 0].flatten(1, 2).unbind(-1):                     # slots in (rank, warp) order
+            q = q + s2
+    rstd = torch.rsqrt(q.clamp_min(0) * (1.0 / H) + EPS)[:, None]
     return {"out": (mixed * rstd * inp["w_norm"].float()).to(torch.bfloat16), "new_prefix": new_prefix.to(torch.bfloat16)}
 
 
+def _by_rounds(rounds: int):
+    return next(m for m in map(_module, _candidates()) if m.ROUNDS == rounds)
+
+
 def test_gram_pairs_and_butterfly_plan():
-    mod = _module(_candidates()[0])
+    assert {_module(c).ROUNDS for c in _candidates()} == {1, 2}
+    mod = _by_rounds(1)
     assert mod.gram_pairs(2) == [(0, 0), (0, 1), (1, 1)]
     assert len(mod.gram_pairs(9)) == 45
+    assert _by_rounds(2).gram_pairs(3) == [(0, 0), (1, 1), (2, 2)]
     assert mod.butterfly_plan(5) == (8, 2)        # nb1: 3 Gram + 2 dots
     assert mod.butterfly_plan(54) == (64, 5)      # nb8: 45 + 9, every offset halves
     assert mod.butterfly_plan(2) == (2, 0)
@@ -142,7 +163,7 @@ def test_emulation_matches_reference(cid, nb):
     assert res.ok, res.summary()
 
 
-@pytest.mark.parametrize("cid", _candidates()[:1])
+@pytest.mark.parametrize("cid", _candidates())
 def test_emulation_holds_when_the_mix_cancels_its_sources(cid):
     """blocks = [x, -x + x/100]: with p near 1/2 each the mix is ~x/200 while each source is ~x,
     so p^T G p is a difference of terms 40000x larger than itself in fp32."""
@@ -178,7 +199,8 @@ count = lambda pat: len(re.findall(pat, ptx))
 print(json.dumps({"arrive": count(r"barrier\.cluster\.arrive"), "wait": count(r"barrier\.cluster\.wait"),
                   "bar_sync": count(r"\bbar\.sync|\bbarrier\.sync"), "st_cluster": count(r"st\.shared::cluster\.f32"),
                   "ld_cluster": count(r"ld\.shared::cluster"), "bfly": count(r"shfl\.sync\.bfly"),
-                  "ld_global": sorted(set(re.findall(r"ld\.global\S*", ptx))), "cs": mod.CS}))
+                  "ld_global": sorted(set(re.findall(r"ld\.global\S*", ptx))), "cs": mod.CS, "rounds": mod.ROUNDS,
+                  "plan": mod.butterfly_plan(len(mod.gram_pairs(9)) + 9)}))
 """
 
 
@@ -189,15 +211,19 @@ def test_nb8_compiles_to_one_barrier_and_pushes(cid):
                          timeout=300, cwd=ROOT)
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    cs = out["cs"]
+    cs, rounds = out["cs"], out["rounds"]
     if cs > 1:
-        assert (out["arrive"], out["wait"], out["bar_sync"]) == (1, 1, 0), out
-        assert out["st_cluster"] == 2 * cs, out                     # two totals per pushing lane, to every CTA
+        assert (out["arrive"], out["wait"], out["bar_sync"]) == (rounds, rounds, 0), out
+        # round 1: two totals per pushing lane; round 2: one; each to every CTA
+        assert out["st_cluster"] == (2 + (rounds - 1)) * cs, out
     else:
-        assert (out["arrive"], out["wait"], out["bar_sync"]) == (0, 0, 1), out
+        assert (out["arrive"], out["wait"], out["bar_sync"]) == (0, 0, rounds), out
         assert out["st_cluster"] == 0, out
     assert out["ld_cluster"] == 0, out                              # never a peer's shared memory read
-    assert out["bfly"] == 32 + 16 + 8 + 4 + 2, out                  # nb8: 54 values, five halving steps
+    p_pad, halvings = out["plan"]                                   # nb8: 54 values (rounds 1) or 18 (rounds 2)
+    plan_shuffles = sum(p_pad >> (h + 1) for h in range(halvings)) + 2 * (5 - halvings)
+    assert out["bfly"] == plan_shuffles + 5 * (rounds - 1), out
+    assert (p_pad, halvings) == ((64, 5) if rounds == 1 else (32, 4)), out
     assert out["ld_global"] == ["ld.global.v4.b32"], out
 
 

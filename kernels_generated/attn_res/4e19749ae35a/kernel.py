@@ -1,24 +1,20 @@
 """attn_res candidate: one row over a cluster of CS CTAs (CS = 1: one CTA), every source of the CTA's
-slice in registers (one pass over HBM), and ONE reduction round: the mix's sum of squares comes from
-the Gram matrix of the sources, so no second reduction waits on the softmax.
+slice in registers (one pass over HBM), every reduction pushed into every CTA's shared memory ahead
+of one cluster barrier. TWO rounds: (sum V_j^2, V_j . w_res) per source, then the
+mix's sum of squares (fewer live registers than the Gram round: 2 NS values instead of NS (NS + 3) / 2).
 
-Rendered from prompts/kernels/attn_res/clustergram.py.j2 with cs=8 threads=128 vec=8 pdl=False
+Rendered from prompts/kernels/attn_res/clustergram.py.j2 with cs=4 threads=224 vec=8 rounds=2 pdl=False
 NB (sealed blocks, 1..8) is a compile-time parameter from the static key shape="nb<NB>" ("" = nb8).
 `blocks` [B, NB, H] may be a view of a [B, 8, H] buffer (dynamic batch stride, a multiple of 8 bf16).
     new_prefix = bf16(prefix + delta);  V = [blocks_0 .. blocks_{NB-1}, new_prefix]   (NS = NB + 1)
-    G_ab = V_a . V_b (a <= b, NG = NS (NS + 1) / 2 values), d_j = V_j . w_res
-    logit_j = d_j * rsqrt(G_jj / H + eps);  p = softmax(logit)
-    mixed = sum_j p_j V_j (fp32);  sum(mixed^2) = sum_ab p_a p_b G_ab  (the Gram identity)
-    out = bf16(mixed * rsqrt(sum(mixed^2) / H + eps) * w_norm)
-The identity is exact algebra; in fp32 its relative error grows with the cancellation
-sum_ab p_a p_b |G_ab| / sum(mixed^2), harmless for a rsqrt feeding a bf16 output unless the mix
-cancels its sources by orders of magnitude (the result is clamped at 0 before the rsqrt).
+    round 1: s_j = V_j . V_j, d_j = V_j . w_res;  logit_j = d_j * rsqrt(s_j / H + eps);  p = softmax(logit)
+    mixed = sum_j p_j V_j (fp32);  round 2: sum(mixed^2);  out = bf16(mixed * rsqrt(sum(mixed^2) / H + eps) * w_norm)
 Grid (CS, B), cluster (CS, 1, 1): row = block_idx.y, rank = block_idx.x. CTA `rank` owns the SV = H / (CS * VEC)
 VEC-wide vectors rank*SV .. rank*SV + SV - 1 of every source; thread t owns vectors rank*SV + k*THREADS + t,
 k < NV (coalesced 16-byte loads for VEC=8); a vector with k*THREADS + t >= SV is neither loaded
 (zeros: it adds 0 to every sum) nor stored.
-The one reduction, in a fixed order so every warp of every CTA computes bit-identical p and rstd:
-each thread sums its NVAL = NG + NS partials over its vectors k in order; a halving butterfly
+Round 1, in a fixed order so every warp of every CTA computes bit-identical p and rstd:
+each thread sums its NVAL = 2 NS partials over its vectors k in order; a halving butterfly
 reduces the warp's NVAL values with 2 * P / 2 ... shuffles instead of 5 * NVAL (P = NVAL rounded up
 to a power of 2: at offset 16 a lane keeps one half of its list and adds its partner's copy of that
 half, at 8 a quarter, ...; offsets left over once two values remain are plain butterflies), leaving
@@ -26,9 +22,10 @@ lane l with the warp's totals of values 2 (l >> SHIFT) and 2 (l >> SHIFT) + 1. T
 into slot (rank, warp) of a [CS * NWARPS, NVAL] buffer in every CTA of the cluster (mapa +
 st.shared::cluster, own CTA included), then one cluster barrier (arrive.release / wait.acquire)
 publishes them. After it every read is local: lane l sums columns l and l + 32 over the slots
-in order, every lane gathers the NVAL totals by shfl.idx and forms logits, softmax and the Gram
-quadratic form itself. No CTA reads a peer's shared memory, so none has to wait for its peers
-before it exits (no exit barrier).
+in order, every lane gathers the NVAL totals by shfl.idx and forms logits, softmax itself. Round 2: each thread's sum of mix^2 over its vectors, the 5-step warp
+butterfly, lane 0 pushes it into slot (rank, warp) of a second buffer in every CTA, a second
+cluster barrier, every thread sums the slots in order. No CTA reads a peer's shared memory, so none has to
+wait for its peers before it exits (no exit barrier).
 """
 from __future__ import annotations
 
@@ -43,8 +40,8 @@ HIDDEN = 7168
 MAX_BLOCKS = 8                            # the K3 maximum (blocks[0] = the embedding)
 EPS = 1e-5
 LOG2E = 1.4426950408889634
-CS = 8                             # CTAs per row (one cluster when > 1; 8 = the portable limit)
-THREADS = 128
+CS = 4                             # CTAs per row (one cluster when > 1; 8 = the portable limit)
+THREADS = 224
 VEC = 8                           # bf16 per access (16 bytes)
 USE_PDL = False
 SV = HIDDEN // (CS * VEC)                 # vectors per CTA per source
@@ -52,6 +49,7 @@ NV = -(-SV // THREADS)                    # vectors per thread per source (the l
 EXACT = NV * THREADS == SV                # no idle vector: no predication
 NWARPS = THREADS // 32
 SLOTS = CS * NWARPS                       # one pushed row of partials per (rank, warp)
+ROUNDS = 2                          # 1: the Gram round; 2: (sumsq, dot) then the mix's sumsq
 assert SV * CS * VEC == HIDDEN and THREADS % 32 == 0 and CS in (1, 2, 4, 8) and NV <= 2
 
 
@@ -65,9 +63,11 @@ def num_blocks(shape: str) -> int:
 
 
 def gram_pairs(ns: int) -> list[tuple[int, int]]:
-    """The (a, b), a <= b, of the Gram values in their order: value g = gram_pairs(ns)[g]; the
-    dots d_j follow at index NG + j."""
-    return [(a, b) for a in range(ns) for b in range(a, ns)]
+    """The (a, b) whose products V_a . V_b round 1 reduces, in value order: a <= b (the Gram
+    matrix) for ROUNDS = 1, (j, j) for ROUNDS = 2; the dots d_j follow at index len(pairs) + j."""
+    if ROUNDS == 1:
+        return [(a, b) for a in range(ns) for b in range(a, ns)]
+    return [(j, j) for j in range(ns)]
 
 
 def butterfly_plan(nval: int) -> tuple[int, int]:
@@ -122,6 +122,7 @@ class AttnResGram:
         warp = cute.arch.warp_idx()
         smem = cutlass.memory.SmemAllocator()
         buf = smem.allocate_tensor(Float32, cute.make_layout((SLOTS, NVAL), stride=(NVAL, 1)), byte_alignment=16)
+        buf2 = smem.allocate_tensor(Float32, cute.make_layout((SLOTS,)), byte_alignment=16)   # round 2
 
         vl = cute.make_layout((VEC,), stride=(1,))
         src = [[cute.make_rmem_tensor(vl, BFloat16) for _ in range(NV)] for _ in range(NS)]
@@ -173,7 +174,7 @@ class AttnResGram:
                 if k * THREADS + tidx < SV:
                     cute.autovec_copy(src[NB][k], cute.local_tile(gnp, (VEC,), (vix[k],)))
 
-        # this thread's partials: the Gram values in gram_pairs order, then the dots with w_res
+        # this thread's partials: the products in gram_pairs order, then the dots with w_res
         vals = [Float32(0.0) for _ in range(P)]
         for k in cutlass.range_constexpr(NV):
             vf = [src[j][k].load().to(Float32) for j in range(NS)]
@@ -237,17 +238,42 @@ class AttnResGram:
         for j in cutlass.range_constexpr(1, NS):
             den = den + ex[j]
         p = [ex[j] / den for j in range(NS)]
-        qf = Float32(0.0)
-        for g in cutlass.range_constexpr(NG):
-            a, b = PAIRS[g]
-            qf += (p[a] * p[b] * (1.0 if a == b else 2.0)) * allv[g]
-        rstd = cute.math.rsqrt(cute.arch.fmax(qf, Float32(0.0)) * (1.0 / HIDDEN) + EPS, fastmath=True)
-
+        mixf = []
         for k in cutlass.range_constexpr(NV):
             m = src[NB][k].load().to(Float32) * p[NB]
             for j in cutlass.range_constexpr(NB):
                 m = m + src[j][k].load().to(Float32) * p[j]
-            rd[k].store((m * rstd * rwn[k].load().to(Float32)).to(BFloat16))
+            mixf.append(m)
+        if const_expr(ROUNDS == 1):
+            qf = Float32(0.0)
+            for g in cutlass.range_constexpr(NG):
+                a, b = PAIRS[g]
+                qf += (p[a] * p[b] * (1.0 if a == b else 2.0)) * allv[g]
+            rstd = cute.math.rsqrt(cute.arch.fmax(qf, Float32(0.0)) * (1.0 / HIDDEN) + EPS, fastmath=True)
+        else:
+            ss2 = Float32(0.0)
+            for k in cutlass.range_constexpr(NV):
+                ss2 += (mixf[k] * mixf[k]).reduce(cute.ReductionOp.ADD, init_val=Float32(0.0), reduction_profile=0)
+            for h in cutlass.range_constexpr(5):
+                ss2 = ss2 + cute.arch.shuffle_sync_bfly(ss2, offset=16 >> h)
+            if lane == 0:
+                if const_expr(CS > 1):
+                    for q in cutlass.range_constexpr(CS):
+                        st_cluster_f32(buf2.iterator + (rank * NWARPS + warp), q, ss2)
+                else:
+                    buf2[warp] = ss2
+            if const_expr(CS > 1):
+                cute.arch.cluster_arrive()
+                cute.arch.cluster_wait()
+            else:
+                cute.arch.barrier()
+            tot2 = Float32(0.0)
+            for s in cutlass.range_constexpr(SLOTS):                    # (rank, warp) order
+                tot2 += buf2[s]
+            rstd = cute.math.rsqrt(tot2 * (1.0 / HIDDEN) + EPS, fastmath=True)
+
+        for k in cutlass.range_constexpr(NV):
+            rd[k].store((mixf[k] * rstd * rwn[k].load().to(Float32)).to(BFloat16))
             if const_expr(full[k]):
                 cute.autovec_copy(rd[k], cute.local_tile(go, (VEC,), (vix[k],)))
             else:
