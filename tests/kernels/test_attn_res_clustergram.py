@@ -1,16 +1,19 @@
 """The attn_res clustergram family (reductions pushed through DSMEM ahead of one cluster barrier;
-rounds=1: one round, Gram matrix + dots; rounds=2: (sumsq, dot) per source, then the mix's sumsq).
+rounds=1: one round, Gram matrix + dots; rounds=2: (sumsq, dot) per source, then the mix's sumsq)
+and gramhybrid (two such plans behind one callable, chosen by B and NB).
 
-CPU: a torch emulation of each human candidate's exact partition (CS, THREADS, VEC, SV, NV, ROUNDS
-from the rendered module) and reduction order - per thread over its vectors k in order, the halving
+CPU: a torch emulation of each human candidate's exact partition (the Plan - CS, THREADS, VEC,
+SV, NV, rounds - that the rendered module's plan_for picks at each NB and B) and reduction order - per thread over its vectors k in order, the halving
 butterfly lane by lane (which lane keeps which half, which lane ends with which totals), the pushed
 slots summed in (rank, warp) order, the logits and softmax as every lane forms them, then the Gram
 quadratic form (rounds=1) or the second pushed round (rounds=2) - against the op reference
 (harness.compare) at NB = 1, 3, 8, also on inputs whose mix cancels its sources 100-fold (the case
 the Gram identity loses precision in). Every feasible point owns each column once; the compile
 emits ROUNDS cluster barriers (CTA barriers at CS = 1), pushes (st.shared::cluster), the planned
-shuffles, and no peer loads.
-GPU (-m gpu): each candidate on the decoder's strided view (rows past nb NaN) and on compact blocks."""
+shuffles, and no peer loads; gramhybrid's plan table, its compile (one or two kernels per NB) and
+its host-side dispatch by B.
+GPU (-m gpu): each candidate on the decoder's strided view (rows past nb NaN) and on compact blocks,
+the hybrid on both sides of its batch switch."""
 from __future__ import annotations
 
 import json
@@ -26,10 +29,11 @@ from kernel_helpers import ROOT, attn_res_owner, check_attn_res_on_strided_block
 
 H, EPS = 7168, 1e-5
 FAMILY = "clustergram"
+HYBRID = "gramhybrid"
 
 
-def _candidates() -> list[str]:
-    return family_candidates("attn_res", FAMILY)
+def _candidates(*families: str) -> list[str]:
+    return family_candidates("attn_res", *(families or (FAMILY, HYBRID)))
 
 
 def _module(cid: str):
@@ -56,13 +60,15 @@ def _halving_butterfly(vals: torch.Tensor, halvings: int) -> torch.Tensor:
     return vals
 
 
-def _emulate(mod, inp: dict, nb: int) -> dict[str, torch.Tensor]:
+def _emulate(mod, plan, inp: dict, nb: int) -> dict[str, torch.Tensor]:
+    """The kernel's outputs under one Plan, every sum in the kernel's order (fp32)."""
     ns = nb + 1
-    pairs = mod.gram_pairs(ns)
+    nwarps = plan.threads // 32
+    pairs = mod.gram_pairs(ns, plan.rounds)
     ng, nval = len(pairs), len(pairs) + ns
     p_pad, halvings = mod.butterfly_plan(nval)
     shift = 5 - halvings
-    col, live = attn_res_owner(mod.CS, mod.THREADS, mod.VEC)
+    col, live = attn_res_owner(plan.cs, plan.threads, plan.vec)
     new_prefix = (inp["prefix"].float() + inp["delta"].float()).to(torch.bfloat16).float()
     v = torch.cat([inp["blocks"].float(), new_prefix[:, None]], dim=1)          # [B, NS, H]
     wr = inp["w_res"].float()
@@ -70,9 +76,9 @@ def _emulate(mod, inp: dict, nb: int) -> dict[str, torch.Tensor]:
     per_col = torch.stack(per_col + [torch.zeros_like(v[:, 0])] * (p_pad - nval), dim=-2)  # [B, P, H]
     gathered = per_col[..., col] * live[..., None]                             # [B, P, CS, T, NV, VEC]
     thr = torch.zeros(gathered.shape[:-2])
-    for k in range(mod.NV):                                                     # vals[g] += reduce(vector k)
+    for k in range(plan.nv):                                                    # vals[g] += reduce(vector k)
         thr = thr + gathered[..., k, :].sum(-1)
-    lanes = thr.unflatten(-1, (mod.NWARPS, 32)).movedim(1, -1)                 # [B, CS, NWARPS, 32, P]
+    lanes = thr.unflatten(-1, (nwarps, 32)).movedim(1, -1)                     # [B, CS, NWARPS, 32, P]
     red = _halving_butterfly(lanes, halvings)                                   # [B, CS, NWARPS, 32, 2]
     warp_tot = torch.zeros(lanes.shape[:-2] + (nval,))
     for i in range(nval):                                                       # pushed by lane (i // 2) << SHIFT
@@ -90,16 +96,16 @@ def _emulate(mod, inp: dict, nb: int) -> dict[str, torch.Tensor]:
     mixed = v[:, nb] * p[:, nb, None]
     for j in range(nb):
         mixed = mixed + v[:, j] * p[:, j, None]
-    if mod.ROUNDS == 1:
+    if plan.rounds == 1:
         q = torch.zeros(allv.shape[0])
         for g, (a, b) in enumerate(pairs):
             q = q + p[:, a] * p[:, b] * (1.0 if a == b else 2.0) * allv[:, g]
     else:                                                                       # round 2: plain butterfly, lane 0 pushes
         sq = (mixed * mixed)[:, col] * live[..., None]                         # [B, CS, T, NV, VEC]
         thr2 = torch.zeros(sq.shape[:-2])
-        for k in range(mod.NV):
+        for k in range(plan.nv):
             thr2 = thr2 + sq[..., k, :].sum(-1)
-        lanes2 = thr2.unflatten(-1, (mod.NWARPS, 32))                          # [B, CS, NWARPS, 32]
+        lanes2 = thr2.unflatten(-1, (nwarps, 32))                          # [B, CS, NWARPS, 32]
         for h in range(5):
             lanes2 = lanes2 + lanes2[..., torch.arange(32) ^ (16 >> h)]
         q = torch.zeros(allv.shape[0])
@@ -109,16 +115,17 @@ def _emulate(mod, inp: dict, nb: int) -> dict[str, torch.Tensor]:
     return {"out": (mixed * rstd * inp["w_norm"].float()).to(torch.bfloat16), "new_prefix": new_prefix.to(torch.bfloat16)}
 
 
-def _by_rounds(rounds: int):
-    return next(m for m in map(_module, _candidates()) if m.ROUNDS == rounds)
+def _plans(mod, nb: int) -> set:
+    """The plans a module runs at NB over the batch scope (one, or two for the hybrid)."""
+    return {mod.plan_for(nb, b) for b in range(1, 65)}
 
 
 def test_gram_pairs_and_butterfly_plan():
-    assert {_module(c).ROUNDS for c in _candidates()} == {1, 2}
-    mod = _by_rounds(1)
-    assert mod.gram_pairs(2) == [(0, 0), (0, 1), (1, 1)]
-    assert len(mod.gram_pairs(9)) == 45
-    assert _by_rounds(2).gram_pairs(3) == [(0, 0), (1, 1), (2, 2)]
+    assert {_module(c).PLAN.rounds for c in _candidates(FAMILY)} == {1, 2}
+    mod = _module(_candidates()[0])
+    assert mod.gram_pairs(2, 1) == [(0, 0), (0, 1), (1, 1)]
+    assert len(mod.gram_pairs(9, 1)) == 45
+    assert mod.gram_pairs(3, 2) == [(0, 0), (1, 1), (2, 2)]
     assert mod.butterfly_plan(5) == (8, 2)        # nb1: 3 Gram + 2 dots
     assert mod.butterfly_plan(54) == (64, 5)      # nb8: 45 + 9, every offset halves
     assert mod.butterfly_plan(2) == (2, 0)
@@ -159,8 +166,9 @@ def test_emulation_matches_reference(cid, nb):
     mod = _module(cid)
     defn = reference_impls.get("attn_res")
     inp = defn.make_inputs(Point(batch=3, tp=8, shape=f"nb{nb}"), torch.Generator().manual_seed(31 + nb))
-    res = compare(defn, _emulate(mod, inp, nb), defn.reference(**inp), inp)
-    assert res.ok, res.summary()
+    for plan in _plans(mod, nb):
+        res = compare(defn, _emulate(mod, plan, inp, nb), defn.reference(**inp), inp)
+        assert res.ok, f"{plan}: {res.summary()}"
 
 
 @pytest.mark.parametrize("cid", _candidates())
@@ -180,8 +188,9 @@ def test_emulation_holds_when_the_mix_cancels_its_sources(cid):
     inp["delta"] = torch.zeros_like(inp["delta"])
     inp["w_res"] = torch.zeros_like(inp["w_res"])                       # equal logits: p = 1/3 each
     ref = defn.reference(**inp)
-    res = compare(defn, _emulate(mod, inp, 2), ref, inp)
-    assert res.ok, res.summary()
+    for plan in _plans(mod, 2):
+        res = compare(defn, _emulate(mod, plan, inp, 2), ref, inp)
+        assert res.ok, f"{plan}: {res.summary()}"
 
 
 PROBE = r"""
@@ -200,11 +209,11 @@ print(json.dumps({"arrive": count(r"barrier\.cluster\.arrive"), "wait": count(r"
                   "bar_sync": count(r"\bbar\.sync|\bbarrier\.sync"), "st_cluster": count(r"st\.shared::cluster\.f32"),
                   "ld_cluster": count(r"ld\.shared::cluster"), "bfly": count(r"shfl\.sync\.bfly"),
                   "ld_global": sorted(set(re.findall(r"ld\.global\S*", ptx))), "cs": mod.CS, "rounds": mod.ROUNDS,
-                  "plan": mod.butterfly_plan(len(mod.gram_pairs(9)) + 9)}))
+                  "plan": mod.butterfly_plan(len(mod.gram_pairs(9, mod.ROUNDS)) + 9)}))
 """
 
 
-@pytest.mark.parametrize("cid", _candidates())
+@pytest.mark.parametrize("cid", _candidates(FAMILY))
 def test_nb8_compiles_to_one_barrier_and_pushes(cid):
     path = ROOT / "kernels_generated/attn_res" / cid / "kernel.py"
     res = subprocess.run([sys.executable, "-c", PROBE, "sm_90a", str(path)], capture_output=True, text=True,
@@ -227,11 +236,60 @@ def test_nb8_compiles_to_one_barrier_and_pushes(cid):
     assert out["ld_global"] == ["ld.global.v4.b32"], out
 
 
+def test_hybrid_plan_table():
+    cids = _candidates(HYBRID)
+    assert cids
+    for cid in cids:
+        mod = _module(cid)
+        for nb in range(1, 9):
+            small = mod.SMALL_R1 if nb <= mod.R1_MAX_NB else mod.SMALL_R2
+            for b in range(1, 65):
+                want = mod.LARGE if b > mod.B_SWITCH and nb >= mod.LARGE_MIN_NB else small
+                assert mod.plan_for(nb, b) == want, (cid, nb, b)
+        assert mod.LARGE.rounds == 2 and mod.SMALL_R1.rounds == 1 and mod.SMALL_R2.rounds == 2
+
+
+def test_hybrid_dispatches_each_call_by_batch():
+    mod = _module(_candidates(HYBRID)[0])
+    nb = max(mod.LARGE_MIN_NB, 1)
+    calls = []
+    compiled = {p: (lambda *a, p=p: calls.append((p, a[0].shape[0]))) for p in _plans(mod, nb)}
+    assert len(compiled) == 2
+    bb = mod.ByBatch(nb, compiled)
+    for b in (1, mod.B_SWITCH, mod.B_SWITCH + 1, 64):
+        mod.launch(bb, torch.zeros(b, 1), None, None, None, None, None, None)
+    assert calls == [(mod.plan_for(nb, b), b) for b in (1, mod.B_SWITCH, mod.B_SWITCH + 1, 64)]
+    assert calls[1][0] != calls[2][0]
+
+
+HYBRID_PROBE = r"""
+import importlib.util, json, os, sys
+os.environ["CUTE_DSL_ARCH"] = "sm_90a"
+spec = importlib.util.spec_from_file_location("gh_kernel", sys.argv[1])
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+print(json.dumps({nb: sorted(map(list, mod.compile(8, "--enable-tvm-ffi", shape=f"nb{nb}").compiled)) for nb in (1, 8)}))
+"""
+
+
+@pytest.mark.parametrize("cid", _candidates(HYBRID))
+def test_hybrid_compiles_the_plans_each_nb_takes(cid):
+    res = subprocess.run([sys.executable, "-c", HYBRID_PROBE, str(ROOT / "kernels_generated/attn_res" / cid / "kernel.py")],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert res.returncode == 0, res.stderr[-3000:]
+    got = json.loads(res.stdout.strip().splitlines()[-1])
+    mod = _module(cid)
+    for nb in (1, 8):
+        assert got[str(nb)] == sorted(map(list, _plans(mod, nb))), (nb, got)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cid", _candidates())
 def test_gpu_strided_blocks_match_the_reference(cid):
     """Each nb kernel on the decoder's strided view (rows nb..7 of the [B, 8, H] buffer NaN) and on
     compact blocks, at B = 1, 5 and 64, against the reference (harness.compare)."""
-    check_attn_res_on_strided_blocks(_module(cid), cid, nbs=(1, 2, 5, 8), batches=(1, 5, 64),
+    mod = _module(cid)
+    batches = (1, 5, 64) if not hasattr(mod, "B_SWITCH") else (1, 5, mod.B_SWITCH, mod.B_SWITCH + 1, 64)
+    check_attn_res_on_strided_blocks(mod, cid, nbs=(1, 2, 5, 8), batches=batches,
                                      seed=lambda nb, batch: 100 * nb + batch + 7)

@@ -1,33 +1,43 @@
 """attn_res candidate: one row over a cluster of CS CTAs (CS = 1: one CTA), every source of the CTA's
 slice in registers (one pass over HBM), every reduction pushed into every CTA's shared memory ahead
-of one cluster barrier. TWO rounds: (sum V_j^2, V_j . w_res) per source, then the
-mix's sum of squares (fewer live registers than the Gram round: 2 NS values instead of NS (NS + 3) / 2).
+of one cluster barrier (no CTA barrier, no peer loads, no exit barrier).
 
-Rendered from prompts/kernels/attn_res/clustergram.py.j2 with cs=2 threads=448 vec=8 rounds=2 pdl=False
+Rendered from prompts/kernels/attn_res/clustergram.py.j2 with cs=4 threads=224 vec=8 rounds=2 pdl=False
+One launch plan: CS=4 x 224 threads, 16-byte vectors, rounds=2.
 NB (sealed blocks, 1..8) is a compile-time parameter from the static key shape="nb<NB>" ("" = nb8).
 `blocks` [B, NB, H] may be a view of a [B, 8, H] buffer (dynamic batch stride, a multiple of 8 bf16).
     new_prefix = bf16(prefix + delta);  V = [blocks_0 .. blocks_{NB-1}, new_prefix]   (NS = NB + 1)
-    round 1: s_j = V_j . V_j, d_j = V_j . w_res;  logit_j = d_j * rsqrt(s_j / H + eps);  p = softmax(logit)
-    mixed = sum_j p_j V_j (fp32);  round 2: sum(mixed^2);  out = bf16(mixed * rsqrt(sum(mixed^2) / H + eps) * w_norm)
-Grid (CS, B), cluster (CS, 1, 1): row = block_idx.y, rank = block_idx.x. CTA `rank` owns the SV = H / (CS * VEC)
-VEC-wide vectors rank*SV .. rank*SV + SV - 1 of every source; thread t owns vectors rank*SV + k*THREADS + t,
-k < NV (coalesced 16-byte loads for VEC=8); a vector with k*THREADS + t >= SV is neither loaded
-(zeros: it adds 0 to every sum) nor stored.
-Round 1, in a fixed order so every warp of every CTA computes bit-identical p and rstd:
-each thread sums its NVAL = 2 NS partials over its vectors k in order; a halving butterfly
-reduces the warp's NVAL values with 2 * P / 2 ... shuffles instead of 5 * NVAL (P = NVAL rounded up
-to a power of 2: at offset 16 a lane keeps one half of its list and adds its partner's copy of that
-half, at 8 a quarter, ...; offsets left over once two values remain are plain butterflies), leaving
-lane l with the warp's totals of values 2 (l >> SHIFT) and 2 (l >> SHIFT) + 1. Those lanes PUSH them
-into slot (rank, warp) of a [CS * NWARPS, NVAL] buffer in every CTA of the cluster (mapa +
-st.shared::cluster, own CTA included), then one cluster barrier (arrive.release / wait.acquire)
-publishes them. After it every read is local: lane l sums columns l and l + 32 over the slots
-in order, every lane gathers the NVAL totals by shfl.idx and forms logits, softmax itself. Round 2: each thread's sum of mix^2 over its vectors, the 5-step warp
-butterfly, lane 0 pushes it into slot (rank, warp) of a second buffer in every CTA, a second
-cluster barrier, every thread sums the slots in order. No CTA reads a peer's shared memory, so none has to
-wait for its peers before it exits (no exit barrier).
+    logit_j = d_j * rsqrt(s_j / H + eps), s_j = V_j . V_j, d_j = V_j . w_res;  p = softmax(logit)
+    mixed = sum_j p_j V_j (fp32);  out = bf16(mixed * rsqrt(sum(mixed^2) / H + eps) * w_norm)
+rounds=1 (ONE reduction round): the Gram matrix G_ab = V_a . V_b (a <= b, NS (NS + 1) / 2 values,
+G_jj = s_j) and the dots d_j; sum(mixed^2) = sum_ab p_a p_b G_ab, so no second reduction waits on
+the softmax. The identity is exact algebra; in fp32 its relative error grows with the cancellation
+sum_ab p_a p_b |G_ab| / sum(mixed^2), harmless for a rsqrt feeding a bf16 output unless the mix
+cancels its sources by orders of magnitude (the result is clamped at 0 before the rsqrt).
+rounds=2: round 1 reduces (s_j, d_j), round 2 sum(mixed^2) (2 NS + 1 values instead of NS (NS + 3) / 2:
+fewer registers).
+Grid (CS, B), cluster (CS, 1, 1) when CS > 1: row = block_idx.y, rank = block_idx.x. CTA `rank` owns
+the SV = H / (CS * VEC) VEC-wide vectors rank*SV .. rank*SV + SV - 1 of every source; thread t owns
+vectors rank*SV + k*THREADS + t, k < NV (coalesced 16-byte loads for VEC=8); a vector with
+k*THREADS + t >= SV is neither loaded (zeros: it adds 0 to every sum) nor stored.
+Round 1, in a fixed order so every warp of every CTA computes bit-identical p and rstd: each thread
+sums its NVAL partials over its vectors k in order; a halving butterfly reduces the warp's NVAL
+values with P/2 + P/4 + ... shuffles instead of 5 * NVAL (P = NVAL rounded up to a power of 2: at
+offset 16 a lane keeps one half of its list and adds its partner's copy of that half, at 8 a
+quarter, ...; offsets left once two values remain are plain butterflies), leaving lane l with the
+warp's totals of values 2 (l >> SHIFT) and 2 (l >> SHIFT) + 1. Those lanes PUSH them into slot
+(rank, warp) of a [CS * NWARPS, NVAL] buffer in every CTA of the cluster (mapa + st.shared::cluster,
+own CTA included); one cluster barrier (arrive.release / wait.acquire; CS = 1: a CTA barrier)
+publishes them. After it every read is local: lane l sums columns l and l + 32 over the slots in
+order, every lane gathers the NVAL totals by shfl.idx and forms logits and softmax itself (and, for
+rounds=1, the Gram quadratic form). Round 2: each thread's sum of mix^2 over its vectors, the 5-step
+warp butterfly, lane 0 pushes it into slot (rank, warp) of a second buffer in every CTA, a second
+barrier, every thread sums the slots in order. No CTA reads a peer's shared memory, so none waits
+for its peers before it exits.
 """
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -40,17 +50,51 @@ HIDDEN = 7168
 MAX_BLOCKS = 8                            # the K3 maximum (blocks[0] = the embedding)
 EPS = 1e-5
 LOG2E = 1.4426950408889634
-CS = 2                             # CTAs per row (one cluster when > 1; 8 = the portable limit)
-THREADS = 448
-VEC = 8                           # bf16 per access (16 bytes)
 USE_PDL = False
-SV = HIDDEN // (CS * VEC)                 # vectors per CTA per source
-NV = -(-SV // THREADS)                    # vectors per thread per source (the last may be idle)
-EXACT = NV * THREADS == SV                # no idle vector: no predication
-NWARPS = THREADS // 32
-SLOTS = CS * NWARPS                       # one pushed row of partials per (rank, warp)
-ROUNDS = 2                          # 1: the Gram round; 2: (sumsq, dot) then the mix's sumsq
-assert SV * CS * VEC == HIDDEN and THREADS % 32 == 0 and CS in (1, 2, 4, 8) and NV <= 2
+
+
+class Plan(NamedTuple):
+    """One launch plan: CTAs per row (one cluster when > 1; 8 = the portable limit), threads per
+    CTA, bf16 per vector access, reduction rounds (1: Gram, 2: sumsq then the mix's sumsq)."""
+    cs: int
+    threads: int
+    vec: int
+    rounds: int
+
+    def check(self) -> "Plan":
+        assert self.cs in (1, 2, 4, 8) and self.threads % 32 == 0 and self.rounds in (1, 2), self
+        assert self.sv * self.cs * self.vec == HIDDEN and self.nv <= 2, self
+        return self
+
+    @property
+    def sv(self) -> int:                  # vectors per CTA per source
+        return HIDDEN // (self.cs * self.vec)
+
+    @property
+    def nv(self) -> int:                  # vectors per thread per source (the last may be idle)
+        return -(-self.sv // self.threads)
+
+    @property
+    def exact(self) -> bool:              # no idle vector: no predication
+        return self.nv * self.threads == self.sv
+
+    @property
+    def nwarps(self) -> int:
+        return self.threads // 32
+
+    @property
+    def slots(self) -> int:               # one pushed row of partials per (rank, warp)
+        return self.cs * self.nwarps
+
+
+PLAN = Plan(cs=4, threads=224, vec=8, rounds=2).check()
+CS, THREADS, VEC, ROUNDS = PLAN.cs, PLAN.threads, PLAN.vec, PLAN.rounds
+SV, NV, NWARPS = PLAN.sv, PLAN.nv, PLAN.nwarps
+
+
+def plan_for(nb: int, batch: int) -> Plan:
+    """The plan a call with NB blocks and B rows runs (one for all)."""
+    return PLAN
 
 
 def num_blocks(shape: str) -> int:
@@ -62,10 +106,10 @@ def num_blocks(shape: str) -> int:
     return int(name[2:])
 
 
-def gram_pairs(ns: int) -> list[tuple[int, int]]:
+def gram_pairs(ns: int, rounds: int) -> list[tuple[int, int]]:
     """The (a, b) whose products V_a . V_b round 1 reduces, in value order: a <= b (the Gram
-    matrix) for ROUNDS = 1, (j, j) for ROUNDS = 2; the dots d_j follow at index len(pairs) + j."""
-    if ROUNDS == 1:
+    matrix) for rounds=1, (j, j) for rounds=2; the dots d_j follow at index len(pairs) + j."""
+    if rounds == 1:
         return [(a, b) for a in range(ns) for b in range(a, ns)]
     return [(j, j) for j in range(ns)]
 
@@ -92,26 +136,30 @@ def st_cluster_f32(smem_ptr, rank, val, *, loc=None, ip=None) -> None:
         loc=loc, ip=ip)
 
 
-class AttnResGram:
-    def __init__(self, nb: int):
+class AttnResPush:
+    def __init__(self, nb: int, plan: Plan):
         self.nb = nb                      # blocks mixed (compile-time)
         self.ns = nb + 1                  # sources: the blocks + new_prefix
+        self.plan = plan
 
     @cute.jit
     def __call__(self, mP: cute.Tensor, mD: cute.Tensor, mB: cute.Tensor, mWr: cute.Tensor,
                  mWn: cute.Tensor, mOut: cute.Tensor, mNP: cute.Tensor, stream: cuda.CUstream):
         kern = self.kernel(mP, mD, mB, mWr, mWn, mOut, mNP)
-        if const_expr(CS > 1):
-            kern.launch(grid=[CS, mP.shape[0], 1], block=[THREADS, 1, 1], cluster=[CS, 1, 1], stream=stream,
-                        use_pdl=USE_PDL)
+        if const_expr(self.plan.cs > 1):
+            kern.launch(grid=[self.plan.cs, mP.shape[0], 1], block=[self.plan.threads, 1, 1],
+                        cluster=[self.plan.cs, 1, 1], stream=stream, use_pdl=USE_PDL)
         else:
-            kern.launch(grid=[1, mP.shape[0], 1], block=[THREADS, 1, 1], stream=stream, use_pdl=USE_PDL)
+            kern.launch(grid=[1, mP.shape[0], 1], block=[self.plan.threads, 1, 1], stream=stream, use_pdl=USE_PDL)
 
     @cute.kernel
     def kernel(self, mP: cute.Tensor, mD: cute.Tensor, mB: cute.Tensor, mWr: cute.Tensor,
                mWn: cute.Tensor, mOut: cute.Tensor, mNP: cute.Tensor):
         NB, NS = self.nb, self.ns         # Python ints at trace time: loops unroll, arrays are static
-        PAIRS = gram_pairs(NS)
+        pl = self.plan
+        CS, THREADS, VEC, ROUNDS = pl.cs, pl.threads, pl.vec, pl.rounds
+        SV, NV, EXACT, NWARPS, SLOTS = pl.sv, pl.nv, pl.exact, pl.nwarps, pl.slots
+        PAIRS = gram_pairs(NS, ROUNDS)
         NG = len(PAIRS)
         NVAL = NG + NS
         P, HALVINGS = butterfly_plan(NVAL)
@@ -283,16 +331,19 @@ class AttnResGram:
             cute.arch.griddepcontrol_launch_dependents()
 
 
-def compile(tp: int, options: str, shape: str = "nb8", **static):
-    """H = 7168 is replicated: the kernel is the same at every TP; NB comes from `shape`."""
-    nb = num_blocks(shape)
+def _compile_plan(nb: int, plan: Plan, options: str):
     m = cute.sym_int()
     act = lambda: cute.runtime.make_fake_compact_tensor(BFloat16, (m, HIDDEN), stride_order=(1, 0), assumed_align=16)
     blocks = cute.runtime.make_fake_tensor(BFloat16, (m, nb, HIDDEN), stride=(cute.sym_int64(divisibility=8), HIDDEN, 1),
                                            assumed_align=16)
     w = lambda: cute.runtime.make_fake_compact_tensor(BFloat16, (HIDDEN,), assumed_align=16)
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute.compile(AttnResGram(nb), act(), act(), blocks, w(), w(), act(), act(), stream, options=options)
+    return cute.compile(AttnResPush(nb, plan), act(), act(), blocks, w(), w(), act(), act(), stream, options=options)
+
+
+def compile(tp: int, options: str, shape: str = "nb8", **static):
+    """H = 7168 is replicated: the kernel is the same at every TP; NB comes from `shape`."""
+    return _compile_plan(num_blocks(shape), PLAN, options)
 
 
 def launch(compiled, prefix, delta, blocks, w_res, w_norm, out, new_prefix) -> None:
