@@ -1,9 +1,11 @@
 """`harness gate`, `harness promote`, `harness demote`, `harness ci verify|promote`."""
 from __future__ import annotations
 
+import signal
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Iterator, Optional
 
 import typer
 
@@ -68,6 +70,27 @@ def _log_gate_done(res) -> None:
     print(f"harness gate: {res.gate} {res.verdict.value} after {res.duration_s:.1f} s", file=sys.stderr, flush=True)
 
 
+class _Terminated(Exception):
+    """SIGTERM arrived while the gates ran (e.g. `timeout` on a lent machine's time limit)."""
+
+
+EXIT_INTERRUPTED = 143            # 128 + SIGTERM, what a shell reports for a process ended by it
+
+
+@contextmanager
+def _sigterm_raises() -> Iterator[None]:
+    """Turn SIGTERM into _Terminated for the duration, so the gates already finished are still
+    written as evidence instead of dying with the process."""
+    def handler(signum, frame):   # noqa: ARG001 - signal handler signature
+        raise _Terminated()
+
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("gate")
     def gate(op: str = typer.Argument(..., help="Op name, e.g. moe_router."),
@@ -98,23 +121,33 @@ def register(app: typer.Typer) -> None:
             model_config = gate_model_config(op) if gpu_available() else "tiny"
         _check_model_config(model_config)
         ctx = GateContext(op=op, candidate_id=cid, root=root, config=config, base=base, model_config=model_config)
-        if json_out:
-            # stdout carries the JSON; a line per finished gate on stderr shows, in a log cut
-            # short by a timeout, which gates finished and how long each took
-            results = run_gates(ctx, chosen, on_done=_log_gate_done)
-        else:
-            from rich.progress import Progress
+        done: list = []                  # the gates finished so far, kept if the run is cut short
+        interrupted = False
+        try:
+            with _sigterm_raises():
+                if json_out:
+                    # stdout carries the JSON; a line per finished gate on stderr shows, in a log cut
+                    # short by a timeout, which gates finished and how long each took
+                    results = run_gates(ctx, chosen, on_done=lambda r: (done.append(r), _log_gate_done(r)))
+                else:
+                    from rich.progress import Progress
 
-            with Progress(console=console(), transient=True) as prog:
-                task = prog.add_task(f"gating {op}/{cid}", total=len(chosen or range(6)))
-                results = run_gates(ctx, chosen, on_done=lambda r: prog.advance(task))
+                    with Progress(console=console(), transient=True) as prog:
+                        task = prog.add_task(f"gating {op}/{cid}", total=len(chosen or range(6)))
+                        results = run_gates(ctx, chosen, on_done=lambda r: (done.append(r), prog.advance(task)))
+        except (_Terminated, KeyboardInterrupt):
+            results, interrupted = list(done), True
+            print(f"harness gate: interrupted after {len(done)} finished gate(s); "
+                  f"{'writing their evidence' if done and write else 'nothing to write'}", file=sys.stderr, flush=True)
+            if not results:
+                raise typer.Exit(EXIT_INTERRUPTED)
         iso = next((r for r in results if r.gate == "isolation"), None)
         rec = ev.build(root, op, cid, results, config.version,
                        base_commit=str(iso.numbers.get("base_commit", "")) if iso else "",
                        head_commit=_head(root))
         path = ev.write(rec, root) if write else None
         if json_out:
-            print_json({"record": str(path) if path else None, **rec.to_dict()})
+            print_json({"record": str(path) if path else None, "interrupted": interrupted, **rec.to_dict()})
         else:
             c = console()
             for r in results:
@@ -122,6 +155,10 @@ def register(app: typer.Typer) -> None:
                 for reason in r.reasons[:8]:
                     c.print(f"         {reason}", markup=False)
             c.print(f"evidence: {path}" if path else "evidence not written (--no-write)")
+            if interrupted:
+                c.print(f"interrupted: {len(results)} gate(s) finished; run the others with --only")
+        if interrupted:
+            raise typer.Exit(EXIT_INTERRUPTED)
         if any(r.verdict.value in ("fail", "error") for r in results):
             raise typer.Exit(1)
 

@@ -112,3 +112,32 @@ def test_git_command_line_backend_isolation_evidence_promotion(repo, no_gitpytho
     branch = json.loads(out)["branch"]
     assert "isolation: pass" in git(root, "log", "-1", "--format=%B", branch)
     assert git(root, "status", "--porcelain", "--", "gates", "harness") == ""   # working tree untouched
+
+
+def test_gate_cut_short_by_sigterm_keeps_the_finished_gates(repo, capsys, monkeypatch):
+    """`timeout` ends a gate run with SIGTERM: the gates finished before it are written as an
+    evidence record (promote takes each gate's latest valid record), the exit code says so."""
+    import signal
+    import time
+
+    import gates.suite as suite
+    from gates import GateName
+
+    real = suite.run_gates
+
+    def isolation_then_sigterm(ctx, only=None, on_done=None):
+        results = real(ctx, [GateName("isolation")], on_done=on_done)
+        os.kill(os.getpid(), signal.SIGTERM)          # arrives while the next gate "runs"
+        time.sleep(5)
+        raise AssertionError("SIGTERM did not interrupt the run")
+
+    monkeypatch.setattr(suite, "run_gates", isolation_then_sigterm)
+    root, cid = repo
+    before = signal.getsignal(signal.SIGTERM)
+    code, out, err = _cli(capsys, "gate", OP, cid, "--json")
+    assert code == 143
+    assert signal.getsignal(signal.SIGTERM) == before            # the handler is put back
+    rec = json.loads(out)
+    assert rec["interrupted"] is True and [g["gate"] for g in rec["gates"]] == ["isolation"]
+    assert rec["gates"][0]["verdict"] == "pass" and os.path.isfile(rec["record"])
+    assert "interrupted after 1 finished gate(s); writing their evidence" in err
