@@ -10,7 +10,10 @@ For every op with human candidates (kernels_generated/<op>/*/candidate.json, aut
   2. timing (docs/fast_track_gates.md section 4, harness/toolchain/timing.py): reference eager,
      torch.compile of the reference and each candidate, CUDA-graph replay, inputs and weights
      rotated past 3 x L2, interleaved A B B A, median of repeats;
-  3. the HBM floor = op.min_bytes / bandwidth of a device copy measured in the same run.
+  3. the HBM floor = op.min_bytes / bandwidth of a device copy measured in the same run, and
+     the launch floor: what the same timing charges an empty CuTe DSL kernel of 128 CTAs
+     (scripts/gpu/launch_floor.py; ~1.1 us on the H200), so "floor+launch" is the least any
+     one-kernel implementation can measure here.
 skinny_gemm also times torch's own bf16 `x @ weight.t()` (cuBLAS), the bar its kernels must beat.
 A candidate is only checked and timed at the points of its declared scope (batch range, TP,
 shapes, state dtypes). Points span TP x shape (ops with named shapes) x state dtype x B.
@@ -249,13 +252,18 @@ def med(times: dict, name: str) -> float | None:
     return t.get("median_us") if isinstance(t, dict) else None
 
 
-def print_table(rec: dict) -> None:
+def print_table(rec: dict, launch_us: float | None = None) -> None:
+    """One line per point: B, eager, torch.compile, each candidate, the HBM floor, the best
+    candidate's % of it and its speedup over torch.compile; with the launch floor (us) also
+    floor + launch and the best candidate's time over that."""
     labels = list(rec["candidates"])
     base = BASELINES.get(rec["op"], (None,))[0]
-    print(f"\n== {rec['op']} ==  (us, CUDA-graph replay, median; floor = min_bytes / measured copy bandwidth)")
+    print(f"\n== {rec['op']} ==  (us, CUDA-graph replay, median; floor = min_bytes / measured copy bandwidth"
+          + (f"; launch = {launch_us:.2f} us, an empty 128-CTA kernel" if launch_us else "") + ")")
     extra = [h for h, key in (("shape", "shape"), ("state", "state_dtype")) if any(r.get(key) for r in rec["rows"])]
     hdr = (["TP"] + extra + ["B", "eager", "compile"] + ([base] if base else []) + labels
-           + ["floor", "best %floor", "best vs compile"] + ([f"best vs {base}"] if base else []))
+           + ["floor", "best %floor"] + (["floor+launch", "best/(fl+ln)"] if launch_us else [])
+           + ["best vs compile"] + ([f"best vs {base}"] if base else []))
     print(" | ".join(f"{h:>14}" for h in hdr))
     for row in rec["rows"]:
         t = row["times"]
@@ -266,8 +274,10 @@ def print_table(rec: dict) -> None:
         bl = med(t, base) if base else None
         cells = ([row["tp"]] + [row.get("shape" if h == "shape" else "state_dtype") for h in extra]
                  + [row["batch"], med(t, "eager"), comp] + ([bl] if base else []) + ours
-                 + [row["floor_us"], (100 * row["floor_us"] / best) if best else None,
-                    (comp / best) if best and comp else None] + ([(bl / best) if best and bl else None] if base else []))
+                 + [row["floor_us"], (100 * row["floor_us"] / best) if best else None]
+                 + ([row["floor_us"] + launch_us, (best / (row["floor_us"] + launch_us)) if best else None]
+                    if launch_us else [])
+                 + [(comp / best) if best and comp else None] + ([(bl / best) if best and bl else None] if base else []))
         print(" | ".join(f"{c:>14.2f}" if isinstance(c, float) else f"{str(c if c is not None else '-'):>14}"
                          for c in cells))
     for lb, info in rec["candidates"].items():
@@ -292,6 +302,7 @@ def main() -> None:
                                                  "default shape (latent_down, nb8)")
     ap.add_argument("--state-dtypes", default="fp32,bf16", help="state dtypes of ops with several")
     ap.add_argument("--candidates", default="", help="only candidates whose id starts with one of these")
+    ap.add_argument("--no-launch-floor", action="store_true", help="skip timing the empty-kernel launch floor")
     args = ap.parse_args()
     only = tuple(c for c in args.candidates.split(",") if c)
     arch = arch_of_device()
@@ -305,6 +316,17 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__,
               "bandwidth_bytes_per_s": bw, "ops": {}}
     print(f"device {result['device']} ({arch}), copy bandwidth {bw / 1e12:.2f} TB/s")
+    launch_us = None
+    if not args.no_launch_floor:
+        import launch_floor
+
+        shape = next(s for s in launch_floor.SHAPES if s.name == "128 CTAs x 448")
+        compiled = launch_floor.build(shape)
+        bufs = [torch.zeros(shape.ctas, 8, dtype=torch.int16, device="cuda") for _ in range(2)]
+        launch_us = timing.time_interleaved({"empty": lambda i: compiled(bufs[i])}, 2, calls_per_graph=100,
+                                            rounds=args.rounds)["empty"].median_us
+        result["launch_floor_us"] = launch_us
+        print(f"launch floor (an empty 128-CTA CuTe DSL kernel, same timing): {launch_us:.2f} us")
     for op in [o for o in args.ops.split(",") if o]:
         if not human_candidates(op, only):
             print(f"\n== {op} ==  no human candidates: skipped")
@@ -321,7 +343,7 @@ def main() -> None:
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         result["ops"][op] = rec
         if rec.get("rows"):
-            print_table(rec)
+            print_table(rec, launch_us)
         out_file.write_text(json.dumps(result, indent=1, default=str))
     print(f"\nwrote {out_file}")
 

@@ -92,3 +92,19 @@ def test_static_verdict_flags_what_the_static_gate_refuses(bench, tmp_path):
     (bad / "candidate.json").write_text(json.dumps(meta))
     verdict = bench.static_verdict("moe_router", str(bad))
     assert verdict.startswith("REJECT") and "reference_impls" in verdict
+
+
+def test_table_adds_floor_plus_launch_when_measured(bench, capsys):
+    rec = {"op": "add_rmsnorm", "candidates": {"rowreg:aa": {"id": "aa", "check": {"p": {"ok": True}}}},
+           "rows": [{"tp": 8, "batch": 64, "floor_us": 0.9,
+                     "times": {"eager": {"median_us": 46.0}, "compile": {"median_us": 4.8},
+                               "rowreg:aa": {"median_us": 3.0}}}]}
+    bench.print_table(rec, launch_us=1.1)
+    lines = capsys.readouterr().out.splitlines()
+    hdr, row = lines[2].split("|"), lines[3].split("|")
+    cell = dict(zip((h.strip() for h in hdr), (c.strip() for c in row)))
+    assert cell["floor+launch"] == "2.00" and cell["best/(fl+ln)"] == "1.50" and cell["best %floor"] == "30.00"
+    assert cell["best vs compile"] == "1.60" and "launch = 1.10 us" in lines[1]
+    bench.print_table(rec)                                   # without it: the columns only
+    out = capsys.readouterr().out
+    assert "floor+launch" not in out and "best %floor" in out
