@@ -153,6 +153,53 @@ def attn_res_owner(cs: int, threads: int, vec: int, h: int = 7168):
     return col, live
 
 
+def clustermix_sum(per_col, col, live):
+    """[..., H] fp32 -> [...]: the clustermix kernel's reduction order, step by step in fp32 (per
+    thread over its vectors k in order, the 5-step warp butterfly, warps in order into the CTA
+    partial, CTA partials in rank order 0..CS-1)."""
+    import torch
+
+    cs, threads, nv, _ = col.shape
+    per_vec = (per_col[..., col] * live[..., None]).sum(-1)             # [..., CS, T, NV]: one vector's reduce
+    thr = torch.zeros(per_vec.shape[:-1])
+    for k in range(nv):                                                 # ssp += reduce(vector k)
+        thr = thr + per_vec[..., k]
+    lanes = thr.unflatten(-1, (threads // 32, 32))                      # [..., CS, NWARPS, 32]
+    for off in (16, 8, 4, 2, 1):                                        # shfl.bfly: x += x[lane ^ off]
+        lanes = lanes + lanes[..., torch.arange(32) ^ off]
+    warp = lanes[..., 0]
+    cta = torch.zeros(warp.shape[:-1])
+    for w in range(threads // 32):                                      # warp 0: c += red[w, col]
+        cta = cta + warp[..., w]
+    tot = torch.zeros(cta.shape[:-1])
+    for q in range(cs):                                                 # every CTA: rank order 0..CS-1
+        tot = tot + cta[..., q]
+    return tot
+
+
+def emulate_clustermix(cs: int, threads: int, vec: int, inp: dict, nb: int) -> dict:
+    """The clustermix kernel's outputs (out, new_prefix) at CS x THREADS x VEC on the CPU, every
+    sum in its order (fp32): (sumsq, dot) per source, softmax in exp2, the mix, its sumsq."""
+    import math
+
+    import torch
+
+    h, eps = inp["prefix"].shape[-1], 1e-5
+    col, live = attn_res_owner(cs, threads, vec, h)
+    new_prefix = (inp["prefix"].float() + inp["delta"].float()).to(torch.bfloat16).float()
+    v = torch.cat([inp["blocks"].float(), new_prefix[:, None]], dim=1)           # [B, NS, H]
+    ss = clustermix_sum(v * v, col, live)                                       # [B, NS]
+    dt = clustermix_sum(v * inp["w_res"].float(), col, live)
+    logit = dt * torch.rsqrt(ss * (1.0 / h) + eps)
+    e = torch.exp2((logit - logit.amax(-1, keepdim=True)) * (1.0 / math.log(2.0)))
+    p = e / e.sum(-1, keepdim=True)
+    mixed = v[:, nb] * p[:, nb, None]                                           # new_prefix first, then blocks
+    for j in range(nb):
+        mixed = mixed + v[:, j] * p[:, j, None]
+    rstd = torch.rsqrt(clustermix_sum(mixed * mixed, col, live) * (1.0 / h) + eps)[:, None]
+    return {"out": (mixed * rstd * inp["w_norm"].float()).to(torch.bfloat16), "new_prefix": new_prefix.to(torch.bfloat16)}
+
+
 def check_attn_res_on_strided_blocks(mod, label: str, nbs, batches, seed) -> None:
     """On the GPU: an attn_res kernel module at each block count nb, on the decoder's strided
     view (rows nb..7 of a [B, 8, H] buffer NaN, so a read past nb shows) and on compact blocks,

@@ -25,7 +25,8 @@ import sys
 import pytest
 import torch
 
-from kernel_helpers import ROOT, attn_res_owner, check_attn_res_on_strided_blocks, family_candidates, load_module
+from kernel_helpers import (ROOT, attn_res_owner, check_attn_res_on_strided_blocks, emulate_clustermix, family_candidates,
+                            load_module)
 
 H, EPS = 7168, 1e-5
 FAMILY = "clustergram"
@@ -61,7 +62,10 @@ def _halving_butterfly(vals: torch.Tensor, halvings: int) -> torch.Tensor:
 
 
 def _emulate(mod, plan, inp: dict, nb: int) -> dict[str, torch.Tensor]:
-    """The kernel's outputs under one Plan, every sum in the kernel's order (fp32)."""
+    """The kernel's outputs under one Plan, every sum in the kernel's order (fp32); a hybrid's
+    PullPlan is the embedded clustermix kernel."""
+    if type(plan).__name__ == "PullPlan":
+        return emulate_clustermix(plan.cs, plan.threads, plan.vec, inp, nb)
     ns = nb + 1
     nwarps = plan.threads // 32
     pairs = mod.gram_pairs(ns, plan.rounds)
@@ -244,9 +248,31 @@ def test_hybrid_plan_table():
         for nb in range(1, 9):
             small = mod.SMALL_R1 if nb <= mod.R1_MAX_NB else mod.SMALL_R2
             for b in range(1, 65):
-                want = mod.LARGE if b > mod.B_SWITCH and nb >= mod.LARGE_MIN_NB else small
+                want = small
+                if b > mod.B_SWITCH:
+                    want = mod.LARGE_PULL if nb >= mod.LARGE_PULL_MIN_NB else mod.LARGE if nb >= mod.LARGE_MIN_NB else small
                 assert mod.plan_for(nb, b) == want, (cid, nb, b)
         assert mod.LARGE.rounds == 2 and mod.SMALL_R1.rounds == 1 and mod.SMALL_R2.rounds == 2
+        assert tuple(mod.LARGE_PULL) == (mod.CS, mod.THREADS, mod.VEC)          # the embedded kernel's size
+
+
+def _class_source(text: str, name: str) -> str:
+    start = text.index(f"class {name}:")
+    return text[start:text.index("\n\n\n", start)]
+
+
+def test_hybrid_embeds_the_clustermix_kernel_unchanged():
+    """LARGE_PULL runs exactly clustermix's kernel class (and its DSMEM helper) at the same size."""
+    from harness.agent.families import load_family
+
+    fam = load_family(ROOT / "prompts/kernels/attn_res/clustermix.py.j2", "attn_res")
+    for cid in _candidates(HYBRID):
+        mod = _module(cid)
+        text = (ROOT / "kernels_generated/attn_res" / cid / "kernel.py").read_text()
+        ref = fam.render({"cs": mod.CS, "threads": mod.THREADS, "vec": mod.VEC, "pdl": mod.USE_PDL})
+        assert _class_source(text, "AttnResCluster") == _class_source(ref, "AttnResCluster")
+        helper = lambda t: t[t.index("def ld_cluster_f32"):t.index("class AttnResCluster")]  # noqa: E731
+        assert helper(text) == helper(ref)
 
 
 def test_hybrid_dispatches_each_call_by_batch():

@@ -10,7 +10,6 @@ GPU (-m gpu): each candidate on the decoder's strided view (rows past nb NaN) an
 from __future__ import annotations
 
 import json
-import math
 import re
 import subprocess
 import sys
@@ -18,7 +17,8 @@ import sys
 import pytest
 import torch
 
-from kernel_helpers import ROOT, attn_res_owner as _owner, check_attn_res_on_strided_blocks, family_candidates, load_module
+from kernel_helpers import (ROOT, attn_res_owner as _owner, check_attn_res_on_strided_blocks, emulate_clustermix,
+                            family_candidates, load_module)
 
 H, EPS = 7168, 1e-5
 FAMILY = "clustermix"              # and clustermix_pf: the same kernel, dependents launched early
@@ -30,30 +30,6 @@ def _candidates() -> list[str]:
 
 def _module(cid: str):
     return load_module(ROOT / "kernels_generated/attn_res" / cid / "kernel.py", f"attn_res_cm_{cid}")
-
-
-def _cluster_sum(per_col: torch.Tensor, col: torch.Tensor, live: torch.Tensor) -> torch.Tensor:
-    """[..., H] fp32 -> [...]: the kernel's reduction order, step by step in fp32."""
-    cs, threads, nv, _ = col.shape
-    per_vec = (per_col[..., col] * live[..., None]).sum(-1)             # [..., CS, T, NV]: one vector's reduce
-    thr = torch.zeros(per_vec.shape[:-1])
-    for k in range(nv):                                                 # ssp += reduce(vector k)
-        thr = thr + per_vec[..., k]
-    lanes = thr.unflatten(-1, (threads // 32, 32))                      # [..., CS, NWARPS, 32]
-    for off in (16, 8, 4, 2, 1):                                        # shfl.bfly: x += x[lane ^ off]
-        lanes = lanes + lanes[..., torch.arange(32) ^ off]
-    warp = lanes[..., 0]
-    cta = torch.zeros(warp.shape[:-1])
-    for w in range(threads // 32):                                      # warp 0: c += red[w, col]
-        cta = cta + warp[..., w]
-    tot = torch.zeros(cta.shape[:-1])
-    for q in range(cs):                                                 # every CTA: rank order 0..CS-1
-        tot = tot + cta[..., q]
-    return tot
-
-
-def _bf16(x: torch.Tensor) -> torch.Tensor:
-    return x.to(torch.bfloat16).float()
 
 
 def test_every_feasible_point_owns_each_column_once():
@@ -86,19 +62,7 @@ def test_emulation_matches_reference(cid, nb):
     defn = reference_impls.get("attn_res")
     point = Point(batch=3, tp=8, shape=f"nb{nb}")
     inp = defn.make_inputs(point, torch.Generator().manual_seed(23 + nb))
-    new_prefix = _bf16(inp["prefix"].float() + inp["delta"].float())
-    v = torch.cat([inp["blocks"].float(), new_prefix[:, None]], dim=1)           # [B, NS, H]
-    ss = _cluster_sum(v * v, col, live)                                         # [B, NS]
-    dt = _cluster_sum(v * inp["w_res"].float(), col, live)
-    logit = dt * torch.rsqrt(ss * (1.0 / H) + EPS)
-    e = torch.exp2((logit - logit.amax(-1, keepdim=True)) * (1.0 / math.log(2.0)))
-    p = e / e.sum(-1, keepdim=True)
-    mixed = v[:, nb] * p[:, nb, None]                                           # new_prefix first, then blocks
-    for j in range(nb):
-        mixed = mixed + v[:, j] * p[:, j, None]
-    rstd = torch.rsqrt(_cluster_sum(mixed * mixed, col, live) * (1.0 / H) + EPS)[:, None]
-    got = {"out": (mixed * rstd * inp["w_norm"].float()).to(torch.bfloat16),
-           "new_prefix": new_prefix.to(torch.bfloat16)}
+    got = emulate_clustermix(mod.CS, mod.THREADS, mod.VEC, inp, nb)
     res = compare(defn, got, defn.reference(**inp), inp)
     assert res.ok, res.summary()
 

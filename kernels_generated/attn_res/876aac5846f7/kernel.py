@@ -2,13 +2,16 @@
 slice in registers (one pass over HBM), every reduction pushed into every CTA's shared memory ahead
 of one cluster barrier (no CTA barrier, no peer loads, no exit barrier).
 
-Rendered from prompts/kernels/attn_res/gramhybrid.py.j2 with small_cs=4 small_threads=224 large_cs=2 large_threads=448 vec=8 b_switch=32 r1_max_nb=4 large_min_nb=3 pdl=False
+Rendered from prompts/kernels/attn_res/gramhybrid.py.j2 with small_cs=4 small_threads=224 large_cs=2 large_threads=448 vec=8 b_switch=32 r1_max_nb=4 large_min_nb=3 large_pull_min_nb=7 pdl=False
 TWO launch plans behind one callable (ByBatch), chosen per call by the batch B and per compile by
 NB: B <= B_SWITCH, or NB < LARGE_MIN_NB, takes SMALL (CS=4 x 224 threads; rounds 1 while
-NB <= R1_MAX_NB, else 2); larger B takes LARGE (CS=2 x 448 threads, rounds 2). Why: the
-one-round Gram plan is the fastest at small B but holds NS (NS + 3) / 2 partials per thread; with
-many rows its register count caps CTAs per SM, and B * CS CTAs then run in two waves (H200,
-session 7: results/h200/session7/).
+NB <= R1_MAX_NB, else 2); larger B takes LARGE (CS=2 x 448 threads, rounds 2), or from
+NB >= LARGE_PULL_MIN_NB on the clustermix kernel embedded below (AttnResCluster, the same CS x threads:
+a CTA barrier, the peers' partials pulled through DSMEM, an exit barrier). Why: the one-round Gram
+plan is the fastest at small B but holds NS (NS + 3) / 2 partials per thread; with many rows its
+register count caps CTAs per SM, and B * CS CTAs then run in two waves; at NB 7-8 and B = 64 the
+pushed two rounds measured 1-2% slower than clustermix, which the perf gate's 2% noise allowance
+rejected at nb7 (H200, session 7: results/h200/session7/).
 NB (sealed blocks, 1..8) is a compile-time parameter from the static key shape="nb<NB>" ("" = nb8).
 `blocks` [B, NB, H] may be a view of a [B, 8, H] buffer (dynamic batch stride, a multiple of 8 bf16).
     new_prefix = bf16(prefix + delta);  V = [blocks_0 .. blocks_{NB-1}, new_prefix]   (NS = NB + 1)
@@ -42,6 +45,8 @@ for its peers before it exits.
 """
 from __future__ import annotations
 
+import math
+import operator
 from typing import NamedTuple
 
 import cuda.bindings.driver as cuda
@@ -95,13 +100,27 @@ class Plan(NamedTuple):
 B_SWITCH = 32                         # B above this takes LARGE (when NB >= LARGE_MIN_NB)
 R1_MAX_NB = 4                        # SMALL reduces in one round (Gram) while NB <= this
 LARGE_MIN_NB = 3                     # NB below this never takes LARGE
+LARGE_PULL_MIN_NB = 7                # B > B_SWITCH from this NB on runs LARGE_PULL (9: never)
 SMALL_R1 = Plan(cs=4, threads=224, vec=8, rounds=1).check()
 SMALL_R2 = Plan(cs=4, threads=224, vec=8, rounds=2).check()
 LARGE = Plan(cs=2, threads=448, vec=8, rounds=2).check()
 
 
-def plan_for(nb: int, batch: int) -> Plan:
+class PullPlan(NamedTuple):
+    """The embedded clustermix kernel (AttnResCluster) at CS x threads: its constants are the
+    module's CS, THREADS, VEC below."""
+    cs: int
+    threads: int
+    vec: int
+
+
+LARGE_PULL = PullPlan(cs=2, threads=448, vec=8)
+
+
+def plan_for(nb: int, batch: int) -> Plan | PullPlan:
     """The plan a call with NB blocks and B rows runs."""
+    if batch > B_SWITCH and nb >= LARGE_PULL_MIN_NB:
+        return LARGE_PULL
     if batch > B_SWITCH and nb >= LARGE_MIN_NB:
         return LARGE
     return SMALL_R1 if nb <= R1_MAX_NB else SMALL_R2
@@ -341,6 +360,192 @@ class AttnResPush:
             cute.arch.griddepcontrol_launch_dependents()
 
 
+# ---- the clustermix kernel (prompts/kernels/attn_res/_clustermix.j2, embedded: LARGE_PULL) ----
+CS = 2                             # CTAs per row (one cluster; 8 = the portable cluster limit)
+THREADS = 448
+VEC = 8                           # bf16 per access (16 bytes)
+SV = HIDDEN // (CS * VEC)                 # vectors per CTA per source
+NV = -(-SV // THREADS)                    # vectors per thread per source (the last may be idle)
+EXACT = NV * THREADS == SV                # no idle vector: no predication
+NWARPS = THREADS // 32
+assert SV * CS * VEC == HIDDEN and THREADS % 32 == 0 and 2 <= CS <= 8 and 2 * (MAX_BLOCKS + 1) <= 32
+
+
+@dsl_user_op
+def ld_cluster_f32(smem_ptr, rank, *, loc=None, ip=None) -> Float32:
+    """The fp32 at this shared-memory address in cluster CTA `rank`: mapa turns the CTA-local
+    shared address into the peer's window of the cluster's shared space, ld.shared::cluster reads it.
+    Side effects + a memory clobber keep the load after the cluster barrier that published it."""
+    local = llvm.ptrtoint(T.i32(), smem_ptr.to_llvm_ptr(loc=loc, ip=ip), loc=loc, ip=ip)
+    return Float32(llvm.inline_asm(
+        T.f32(), [local, Int32(rank).ir_value(loc=loc, ip=ip)],
+        "{\n\t.reg .b32 peer;\n\tmapa.shared::cluster.u32 peer, $1, $2;\n\tld.shared::cluster.f32 $0, [peer];\n\t}",
+        "=f,r,r,~{memory}", has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc, ip=ip))
+
+
+class AttnResCluster:
+    def __init__(self, nb: int):
+        self.nb = nb                      # blocks mixed (compile-time)
+        self.ns = nb + 1                  # sources: the blocks + new_prefix
+
+    @cute.jit
+    def __call__(self, mP: cute.Tensor, mD: cute.Tensor, mB: cute.Tensor, mWr: cute.Tensor,
+                 mWn: cute.Tensor, mOut: cute.Tensor, mNP: cute.Tensor, stream: cuda.CUstream):
+        self.kernel(mP, mD, mB, mWr, mWn, mOut, mNP).launch(grid=[CS, mP.shape[0], 1], block=[THREADS, 1, 1],
+                                                            cluster=[CS, 1, 1], stream=stream, use_pdl=USE_PDL)
+
+    @cute.kernel
+    def kernel(self, mP: cute.Tensor, mD: cute.Tensor, mB: cute.Tensor, mWr: cute.Tensor,
+               mWn: cute.Tensor, mOut: cute.Tensor, mNP: cute.Tensor):
+        NB, NS = self.nb, self.ns         # Python ints at trace time: loops unroll, arrays are static
+        tidx, _, _ = cute.arch.thread_idx()
+        rank, row, _ = cute.arch.block_idx()
+        lane = cute.arch.lane_idx()
+        warp = cute.arch.warp_idx()
+        smem = cutlass.memory.SmemAllocator()
+        red = smem.allocate_tensor(Float32, cute.make_layout((NWARPS, 2 * NS), stride=(2 * NS, 1)),
+                                   byte_alignment=16)
+        part = smem.allocate_tensor(Float32, cute.make_layout((2 * NS,)), byte_alignment=16)
+        red2 = smem.allocate_tensor(Float32, cute.make_layout((NWARPS,)), byte_alignment=16)
+        part2 = smem.allocate_tensor(Float32, cute.make_layout((4,)), byte_alignment=16)
+
+        vl = cute.make_layout((VEC,), stride=(1,))
+        src = [[cute.make_rmem_tensor(vl, BFloat16) for _ in range(NV)] for _ in range(NS)]
+        rd = [cute.make_rmem_tensor(vl, BFloat16) for _ in range(NV)]
+        rwr = [cute.make_rmem_tensor(vl, BFloat16) for _ in range(NV)]
+        rwn = [cute.make_rmem_tensor(vl, BFloat16) for _ in range(NV)]
+        mixf = [cute.make_rmem_tensor(vl, Float32) for _ in range(NV)]
+        gp, gd, gnp, go = mP[row, None], mD[row, None], mNP[row, None], mOut[row, None]
+        # vector index (in VEC units along H) of this thread's k-th vector; `full[k]`: no thread of
+        # the CTA is idle at k (trace-time), else `live(k)` tells this thread's
+        vix = [rank * SV + k * THREADS + tidx for k in range(NV)]
+        full = [EXACT or (k + 1) * THREADS <= SV for k in range(NV)]
+        if const_expr(not EXACT):
+            for k in cutlass.range_constexpr(NV):
+                if const_expr(not full[k]):
+                    for j in cutlass.range_constexpr(NS):
+                        src[j][k].fill(0.0)
+                    rd[k].fill(0.0)
+                    rwr[k].fill(0.0)
+                    rwn[k].fill(0.0)
+
+        # weights do not depend on the previous kernel: load them before the PDL wait
+        for k in cutlass.range_constexpr(NV):
+            if const_expr(full[k]):
+                cute.autovec_copy(cute.local_tile(mWr, (VEC,), (vix[k],)), rwr[k])
+                cute.autovec_copy(cute.local_tile(mWn, (VEC,), (vix[k],)), rwn[k])
+            else:
+                if k * THREADS + tidx < SV:
+                    cute.autovec_copy(cute.local_tile(mWr, (VEC,), (vix[k],)), rwr[k])
+                    cute.autovec_copy(cute.local_tile(mWn, (VEC,), (vix[k],)), rwn[k])
+        if const_expr(USE_PDL):
+            cute.arch.griddepcontrol_wait()
+        for k in cutlass.range_constexpr(NV):
+            if const_expr(full[k]):
+                cute.autovec_copy(cute.local_tile(gp, (VEC,), (vix[k],)), src[NB][k])
+                cute.autovec_copy(cute.local_tile(gd, (VEC,), (vix[k],)), rd[k])
+                for j in cutlass.range_constexpr(NB):
+                    cute.autovec_copy(cute.local_tile(mB[row, j, None], (VEC,), (vix[k],)), src[j][k])
+            else:
+                if k * THREADS + tidx < SV:
+                    cute.autovec_copy(cute.local_tile(gp, (VEC,), (vix[k],)), src[NB][k])
+                    cute.autovec_copy(cute.local_tile(gd, (VEC,), (vix[k],)), rd[k])
+                    for j in cutlass.range_constexpr(NB):
+                        cute.autovec_copy(cute.local_tile(mB[row, j, None], (VEC,), (vix[k],)), src[j][k])
+
+        # new_prefix = bf16(prefix + delta): rounded once, stored, and mixed as the rounded value
+        # (an idle vector: 0 + 0 = 0, not stored)
+        for k in cutlass.range_constexpr(NV):
+            src[NB][k].store((src[NB][k].load().to(Float32) + rd[k].load().to(Float32)).to(BFloat16))
+            if const_expr(full[k]):
+                cute.autovec_copy(src[NB][k], cute.local_tile(gnp, (VEC,), (vix[k],)))
+            else:
+                if k * THREADS + tidx < SV:
+                    cute.autovec_copy(src[NB][k], cute.local_tile(gnp, (VEC,), (vix[k],)))
+
+        # phase 1, per source j: ss_j = sum V_j^2 and dt_j = V_j . w_res over the slice
+        for j in cutlass.range_constexpr(NS):
+            ssp = Float32(0.0)
+            dtp = Float32(0.0)
+            for k in cutlass.range_constexpr(NV):
+                v = src[j][k].load().to(Float32)
+                ssp += (v * v).reduce(cute.ReductionOp.ADD, init_val=Float32(0.0), reduction_profile=0)
+                dtp += (v * rwr[k].load().to(Float32)).reduce(cute.ReductionOp.ADD, init_val=Float32(0.0),
+                                                               reduction_profile=0)
+            ssp = cute.arch.warp_reduction(ssp, operator.add)          # 5 x shfl.bfly, all 32 lanes
+            dtp = cute.arch.warp_reduction(dtp, operator.add)
+            if lane == 0:
+                red[warp, j] = ssp
+                red[warp, NS + j] = dtp
+        cute.arch.barrier()
+        if warp == 0:
+            if lane < 2 * NS:
+                c = Float32(0.0)
+                for w in cutlass.range_constexpr(NWARPS):
+                    c += red[w, lane]
+                part[lane] = c                                          # this CTA's partial of column `lane`
+        cute.arch.cluster_arrive()                                      # release: part visible cluster-wide
+        cute.arch.cluster_wait()                                        # acquire: every CTA's part written
+
+        # lane j < NS of every warp: logit_j from the CS partials in rank order; lanes >= NS carry -inf
+        logit = Float32(-math.inf)
+        if lane < NS:
+            ssj = Float32(0.0)
+            dtj = Float32(0.0)
+            for q in cutlass.range_constexpr(CS):
+                ssj += ld_cluster_f32(part.iterator + lane, q)
+                dtj += ld_cluster_f32(part.iterator + (NS + lane), q)
+            logit = dtj * cute.math.rsqrt(ssj * (1.0 / HIDDEN) + EPS, fastmath=True)
+        mx = cute.arch.warp_reduction(logit, cute.arch.fmax)
+        e = cute.math.exp2((logit - mx) * LOG2E, fastmath=True)      # exp2(-inf) = 0 for lanes >= NS
+        den = cute.arch.warp_reduction(e, operator.add)
+        pl = e / den
+        p = [cute.arch.shuffle_sync(pl, j) for j in range(NS)]         # shfl.idx from lane j
+
+        # phase 2: the mix from registers, its sum of squares reduced the same way
+        ss2 = Float32(0.0)
+        for k in cutlass.range_constexpr(NV):
+            m = src[NB][k].load().to(Float32) * p[NB]
+            for j in cutlass.range_constexpr(NB):
+                m = m + src[j][k].load().to(Float32) * p[j]
+            mixf[k].store(m)
+            ss2 += (m * m).reduce(cute.ReductionOp.ADD, init_val=Float32(0.0), reduction_profile=0)
+        ss2 = cute.arch.warp_reduction(ss2, operator.add)
+        if lane == 0:
+            red2[warp] = ss2
+        cute.arch.barrier()
+        if warp == 0:
+            if lane == 0:
+                c2 = Float32(0.0)
+                for w in cutlass.range_constexpr(NWARPS):
+                    c2 += red2[w]
+                part2[0] = c2
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
+        tot = Float32(0.0)
+        for q in cutlass.range_constexpr(CS):
+            tot += ld_cluster_f32(part2.iterator, q)                    # the same address in every lane: one broadcast
+        rstd = cute.math.rsqrt(tot * (1.0 / HIDDEN) + EPS, fastmath=True)
+        cute.arch.cluster_arrive()                                      # done reading the peers' shared memory
+
+        for k in cutlass.range_constexpr(NV):
+            y = mixf[k].load() * rstd * rwn[k].load().to(Float32)
+            rd[k].store(y.to(BFloat16))
+            if const_expr(full[k]):
+                cute.autovec_copy(rd[k], cute.local_tile(go, (VEC,), (vix[k],)))
+            else:
+                if k * THREADS + tidx < SV:
+                    cute.autovec_copy(rd[k], cute.local_tile(go, (VEC,), (vix[k],)))
+        if const_expr(USE_PDL):
+            cute.arch.griddepcontrol_launch_dependents()
+        cute.arch.cluster_wait()                                        # no peer still reads this CTA's part2
+
+
+
+assert (CS, THREADS, VEC) == tuple(LARGE_PULL)
+
+
 def _compile_plan(nb: int, plan: Plan, options: str):
     m = cute.sym_int()
     act = lambda: cute.runtime.make_fake_compact_tensor(BFloat16, (m, HIDDEN), stride_order=(1, 0), assumed_align=16)
@@ -348,7 +553,8 @@ def _compile_plan(nb: int, plan: Plan, options: str):
                                            assumed_align=16)
     w = lambda: cute.runtime.make_fake_compact_tensor(BFloat16, (HIDDEN,), assumed_align=16)
     stream = cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True)
-    return cute.compile(AttnResPush(nb, plan), act(), act(), blocks, w(), w(), act(), act(), stream, options=options)
+    kernel = AttnResCluster(nb) if isinstance(plan, PullPlan) else AttnResPush(nb, plan)
+    return cute.compile(kernel, act(), act(), blocks, w(), w(), act(), act(), stream, options=options)
 
 
 class ByBatch:
