@@ -1,0 +1,88 @@
+"""Move the evidence records of candidates no longer promoted out of the tree the GPU runs carry.
+
+    python scripts/archive_evidence.py OP ID [ID ...] [--dry-run]
+
+The lent GPU machine receives the tracked tree plus `.device` (the CuTe DSL toolchain, ~56 MiB)
+within a 64 MiB limit, so every evidence record in kernels_generated/ (100-600 KB each) takes
+room from future gate runs. A record matters to `harness promote` and `harness ci verify` only
+while its candidate is promoted (or about to be); superseded candidates' records are history.
+This compresses each record of the named candidates byte for byte into
+results/evidence_archive/<op>/<id>/<record>.json.xz (`xz -dc` gives back the original, so its
+record_sha256 still checks) and removes the original. A promoted candidate is refused. Commit
+the result yourself (`git add -A kernels_generated results/evidence_archive`).
+"""
+from __future__ import annotations
+
+import argparse
+import lzma
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ARCHIVE_REL = Path("results/evidence_archive")
+
+
+@dataclass(frozen=True)
+class Archived:
+    record: Path           # the original, removed
+    archive: Path          # its .xz copy
+    bytes_before: int
+    bytes_after: int
+
+
+def promoted_ids(root: Path) -> set[tuple[str, str]]:
+    sys.path.insert(0, str(root))
+    from harness.promotion import read_manifest
+
+    return {(e["op"], e["candidate"]) for e in read_manifest(root)}
+
+
+def archive(root: Path, op: str, cid: str, dry_run: bool = False) -> list[Archived]:
+    """Compress and remove every record of kernels_generated/<op>/<cid>/evidence/; ValueError for
+    a promoted or unknown candidate."""
+    folder = root / "kernels_generated" / op / cid
+    if not (folder / "kernel.py").is_file():
+        raise ValueError(f"{op}/{cid}: no such candidate")
+    if (op, cid) in promoted_ids(root):
+        raise ValueError(f"{op}/{cid} is promoted: its evidence stays (demote it first)")
+    out = []
+    for rec in sorted((folder / "evidence").glob("*.json")):
+        data = rec.read_bytes()
+        packed = lzma.compress(data, preset=9 | lzma.PRESET_EXTREME)
+        dest = root / ARCHIVE_REL / op / cid / (rec.name + ".xz")
+        if not dry_run:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(packed)
+            if lzma.decompress(dest.read_bytes()) != data:
+                raise RuntimeError(f"{dest}: does not decompress to {rec}")
+            rec.chmod(0o644)
+            rec.unlink()
+        out.append(Archived(rec, dest, len(data), len(packed)))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("op")
+    ap.add_argument("ids", nargs="+")
+    ap.add_argument("--dry-run", action="store_true", help="report, change nothing")
+    args = ap.parse_args()
+    total_before = total_after = 0
+    for cid in args.ids:
+        try:
+            done = archive(ROOT, args.op, cid, args.dry_run)
+        except ValueError as exc:
+            sys.exit(f"archive_evidence: {exc}")
+        for a in done:
+            total_before += a.bytes_before
+            total_after += a.bytes_after
+            print(f"{a.record.relative_to(ROOT)} -> {a.archive.relative_to(ROOT)} "
+                  f"({a.bytes_before} -> {a.bytes_after} bytes)")
+        if not done:
+            print(f"{args.op}/{cid}: no evidence records")
+    print(f"{'would free' if args.dry_run else 'freed'} {(total_before - total_after) / 1024:.0f} KiB of the carried tree")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""scripts/archive_evidence.py: a superseded candidate's records move into results/ as .xz copies
+that decompress to the same bytes; a promoted candidate's records stay."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import lzma
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def ae():
+    spec = importlib.util.spec_from_file_location("archive_evidence", ROOT / "scripts/archive_evidence.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["archive_evidence"] = mod                     # its dataclass looks its module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    for cid in ("aaaaaaaaaaaa", "bbbbbbbbbbbb"):
+        ev = root / "kernels_generated" / "op_a" / cid / "evidence"
+        ev.mkdir(parents=True)
+        (ev.parent / "kernel.py").write_text("# k\n")
+        for stamp in ("20261129T000000.1Z-vm", "20261130T000000.2Z-vm"):
+            rec = ev / f"{stamp}.json"
+            rec.write_text(json.dumps({"candidate_id": cid, "stamp": stamp, "pad": "x" * 5000}))
+            rec.chmod(0o444)                                   # as harness writes them
+    (root / "kernels_generated" / "promoted.json").write_text(json.dumps(
+        [{"op": "op_a", "candidate": "bbbbbbbbbbbb", "scope": {}}]))
+    return root
+
+
+def test_superseded_records_move_byte_for_byte(ae, tmp_path):
+    root = _repo(tmp_path)
+    originals = {p.name: p.read_bytes() for p in (root / "kernels_generated/op_a/aaaaaaaaaaaa/evidence").iterdir()}
+    done = ae.archive(root, "op_a", "aaaaaaaaaaaa")
+    assert sorted(a.record.name for a in done) == sorted(originals)
+    assert not list((root / "kernels_generated/op_a/aaaaaaaaaaaa/evidence").glob("*.json"))
+    for a in done:
+        assert a.archive == root / "results/evidence_archive/op_a/aaaaaaaaaaaa" / (a.record.name + ".xz")
+        assert lzma.decompress(a.archive.read_bytes()) == originals[a.record.name]
+        assert a.bytes_after < a.bytes_before
+
+
+def test_promoted_and_unknown_candidates_are_refused(ae, tmp_path):
+    root = _repo(tmp_path)
+    with pytest.raises(ValueError, match="is promoted"):
+        ae.archive(root, "op_a", "bbbbbbbbbbbb")
+    with pytest.raises(ValueError, match="no such candidate"):
+        ae.archive(root, "op_a", "cccccccccccc")
+    assert len(list((root / "kernels_generated/op_a/bbbbbbbbbbbb/evidence").glob("*.json"))) == 2
+
+
+def test_dry_run_changes_nothing(ae, tmp_path):
+    root = _repo(tmp_path)
+    done = ae.archive(root, "op_a", "aaaaaaaaaaaa", dry_run=True)
+    assert len(done) == 2 and not (root / "results").exists()
+    assert len(list((root / "kernels_generated/op_a/aaaaaaaaaaaa/evidence").glob("*.json"))) == 2
