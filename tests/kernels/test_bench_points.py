@@ -107,4 +107,16 @@ def test_table_adds_floor_plus_launch_when_measured(bench, capsys):
     assert cell["best vs compile"] == "1.60" and "launch = 1.10 us" in lines[1]
     bench.print_table(rec)                                   # without it: the columns only
     out = capsys.readouterr().out
-    assert "floor+launch" not in out and "best %floor" in out
+    assert "floor+launch" not in out and "best %floor" in out and "B*" not in out
+
+
+def test_table_marks_points_whose_rotation_stays_in_l2(bench, capsys):
+    row = lambda b, rot: {"tp": 8, "batch": b, "floor_us": 0.1, "rotation_bytes": rot,          # noqa: E731
+                          "times": {"eager": {"median_us": 20.0}, "compile": {"median_us": 2.5},
+                                    "rowreg:aa": {"median_us": 2.0}}}
+    rec = {"op": "add_rmsnorm", "candidates": {"rowreg:aa": {"id": "aa", "check": {"p": {"ok": True}}}},
+           "rows": [row(1, 64 * 30_000), row(64, int(bench.L2_BYTES * 3.5))]}
+    bench.print_table(rec)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[3].split("|")[1].strip() == "1*" and lines[4].split("|")[1].strip() == "64"
+    assert sum(line.startswith("  B*: the rotated inputs") for line in lines) == 1
