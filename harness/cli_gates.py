@@ -123,18 +123,22 @@ def register(app: typer.Typer) -> None:
         ctx = GateContext(op=op, candidate_id=cid, root=root, config=config, base=base, model_config=model_config)
         done: list = []                  # the gates finished so far, kept if the run is cut short
         interrupted = False
+
+        def finished(res, report) -> None:
+            done.append(res)
+            report(res)
         try:
             with _sigterm_raises():
                 if json_out:
                     # stdout carries the JSON; a line per finished gate on stderr shows, in a log cut
                     # short by a timeout, which gates finished and how long each took
-                    results = run_gates(ctx, chosen, on_done=lambda r: (done.append(r), _log_gate_done(r)))
+                    results = run_gates(ctx, chosen, on_done=lambda r: finished(r, _log_gate_done))
                 else:
                     from rich.progress import Progress
 
                     with Progress(console=console(), transient=True) as prog:
                         task = prog.add_task(f"gating {op}/{cid}", total=len(chosen or range(6)))
-                        results = run_gates(ctx, chosen, on_done=lambda r: (done.append(r), prog.advance(task)))
+                        results = run_gates(ctx, chosen, on_done=lambda r: finished(r, lambda _: prog.advance(task)))
         except (_Terminated, KeyboardInterrupt):
             results, interrupted = list(done), True
             print(f"harness gate: interrupted after {len(done)} finished gate(s); "

@@ -20,6 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from harness.promotion import read_manifest  # noqa: E402
+
 ARCHIVE_REL = Path("results/evidence_archive")
 
 
@@ -32,9 +36,6 @@ class Archived:
 
 
 def promoted_ids(root: Path) -> set[tuple[str, str]]:
-    sys.path.insert(0, str(root))
-    from harness.promotion import read_manifest
-
     return {(e["op"], e["candidate"]) for e in read_manifest(root)}
 
 

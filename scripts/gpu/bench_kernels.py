@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import sys
 import time
@@ -274,7 +275,7 @@ def print_table(rec: dict, launch_us: float | None = None) -> None:
         best = min(ok) if ok else None
         comp = med(t, "compile")
         bl = med(t, base) if base else None
-        partly_l2 = row.get("rotation_bytes", L2_BYTES * timing.L2_ROTATION_FACTOR) < L2_BYTES * timing.L2_ROTATION_FACTOR
+        partly_l2 = row.get("rotation_bytes", math.inf) < L2_BYTES * timing.L2_ROTATION_FACTOR
         in_l2 = in_l2 or partly_l2
         cells = ([row["tp"]] + [row.get("shape" if h == "shape" else "state_dtype") for h in extra]
                  + [f"{row['batch']}*" if partly_l2 else row["batch"], med(t, "eager"), comp] + ([bl] if base else []) + ours
@@ -328,10 +329,7 @@ def main() -> None:
         import launch_floor
 
         shape = next(s for s in launch_floor.SHAPES if s.name == "128 CTAs x 448")
-        compiled = launch_floor.build(shape)
-        bufs = [torch.zeros(shape.ctas, 8, dtype=torch.int16, device="cuda") for _ in range(2)]
-        launch_us = timing.time_interleaved({"empty": lambda i: compiled(bufs[i])}, 2, calls_per_graph=100,
-                                            rounds=args.rounds)["empty"].median_us
+        launch_us = launch_floor.time_shapes([shape], args.rounds)[shape.name].median_us
         result["launch_floor_us"] = launch_us
         print(f"launch floor (an empty 128-CTA CuTe DSL kernel, same timing): {launch_us:.2f} us")
     for op in [o for o in args.ops.split(",") if o]:

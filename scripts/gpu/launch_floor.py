@@ -85,6 +85,24 @@ def build(shape: Shape):
     return cute.compile(Touch(), fake, stream, options="--enable-tvm-ffi")
 
 
+def time_shapes(shapes, rounds: int) -> dict:
+    """Each shape's kernel built and timed together (harness timing, interleaved, 100 calls per
+    graph): name -> TimingStats. Checks afterwards that every call ran."""
+    import torch
+
+    from harness.toolchain import timing
+
+    impls, bufs = {}, {}
+    for s in shapes:
+        compiled = build(s)
+        bufs[s.name] = [torch.zeros(s.ctas, 8, dtype=torch.int16, device="cuda") for _ in range(2)]
+        impls[s.name] = lambda i, c=compiled, b=bufs[s.name]: c(b[i])
+    stats = timing.time_interleaved(impls, 2, calls_per_graph=100, rounds=rounds)
+    for s in shapes:                                   # every call ran: 2 sets, warm-up + graph replays
+        assert int(bufs[s.name][0][0, 0].item()) > 0, s.name
+    return stats
+
+
 def table(rows: list[dict]) -> str:
     """The printed table: one line per launch shape, median and p10..p90 (us)."""
     out = [f"{'launch shape':<34} | {'median us':>9} | {'p10..p90 us':>13}"]
@@ -99,19 +117,10 @@ def main() -> None:
     args = ap.parse_args()
     import torch
 
-    from harness.toolchain import timing
-
     if not torch.cuda.is_available():
         sys.exit("launch_floor.py needs a CUDA GPU")
-    impls, bufs = {}, {}
-    for s in SHAPES:
-        compiled = build(s)
-        bufs[s.name] = [torch.zeros(s.ctas, 8, dtype=torch.int16, device="cuda") for _ in range(2)]
-        impls[s.name] = lambda i, c=compiled, b=bufs[s.name]: c(b[i])
-    stats = timing.time_interleaved(impls, 2, calls_per_graph=100, rounds=args.rounds)
+    stats = time_shapes(SHAPES, args.rounds)
     rows = [dict(asdict(s), ctas=s.ctas, **stats[s.name].as_dict()) for s in SHAPES]
-    for s in SHAPES:                                   # every call ran: 2 sets, warm-up + graph replays
-        assert int(bufs[s.name][0][0, 0].item()) > 0, s.name
     print(f"device {torch.cuda.get_device_name()}; separator-subtracted CUDA-graph replay, 100 calls per graph")
     print(table(rows))
     out = Path(os.environ.get("OUT", ".")) / "launch_floor.json"

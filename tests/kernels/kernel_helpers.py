@@ -22,24 +22,35 @@ _PTX_PROBE = r"""
 import os, sys, importlib.util, pathlib, json
 spec = importlib.util.spec_from_file_location("k", sys.argv[1]); m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
-m.compile(8, "--enable-tvm-ffi")
+m.compile(8, "--enable-tvm-ffi", **json.loads(sys.argv[2]))
 print(json.dumps({"ptx": "\n".join(p.read_text() for p in pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).rglob("*.ptx"))}))
 """
 
 
-def compiled_ptx(kernel_path: Path, dump_dir: Path) -> str:
-    """The PTX of a candidate's kernel.py compiled for sm_90a at TP8 (no static key), in a child
-    process (CUTE_DSL_KEEP dumps into dump_dir)."""
+def compiled_ptx(kernel_path: Path, dump_dir: Path, **static) -> str:
+    """The PTX of a candidate's kernel.py compiled for sm_90a at TP8 (with the static key given,
+    e.g. shape="nb8"), in a child process (CUTE_DSL_KEEP dumps into dump_dir)."""
     import json
     import os
     import subprocess
     import sys
 
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(dump_dir))
-    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(kernel_path)],
+    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(kernel_path), json.dumps(static)],
                          capture_output=True, text=True, env=env, timeout=600, cwd=dump_dir)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])["ptx"]
+
+
+def sync_counts(ptx: str) -> dict[str, int]:
+    """How often the PTX synchronises and touches distributed shared memory: cluster barrier
+    arrives and waits, CTA barriers, fp32 stores into a cluster CTA's shared memory, loads from one."""
+    import re
+
+    count = lambda pat: len(re.findall(pat, ptx))  # noqa: E731
+    return {"arrive": count(r"barrier\.cluster\.arrive"), "wait": count(r"barrier\.cluster\.wait"),
+            "bar_sync": count(r"\bbar\.sync|\bbarrier\.sync"), "st_cluster": count(r"st\.shared::cluster\.f32"),
+            "ld_cluster": count(r"ld\.shared::cluster")}
 
 
 def ptx_entries(ptx: str) -> dict[str, str]:

@@ -11,14 +11,11 @@ GPU (-m gpu): each candidate against the reference at B = 1, 3, 64."""
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
 
 import pytest
 import torch
 
-from kernel_helpers import ROOT, family_candidates, load_module
+from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module, sync_counts
 
 H, EPS = 7168, 1e-5
 FAMILIES = ("clusterrow", "clusterpush")
@@ -100,32 +97,11 @@ def test_emulation_matches_reference(cid):
     assert res.ok, res.summary()
 
 
-PROBE = r"""
-import importlib.util, json, os, re, sys, pathlib, tempfile
-os.environ["CUTE_DSL_ARCH"] = "sm_90a"
-os.environ["CUTE_DSL_KEEP"] = "ptx"
-dump = tempfile.mkdtemp(prefix="cp-probe-")
-os.environ["CUTE_DSL_DUMP_DIR"] = dump
-spec = importlib.util.spec_from_file_location("cp_kernel", sys.argv[1])
-mod = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(mod)
-mod.compile(8, "--enable-tvm-ffi")
-ptx = "\n".join(p.read_text() for p in pathlib.Path(dump).rglob("*.ptx"))
-count = lambda pat: len(re.findall(pat, ptx))
-print(json.dumps({"arrive": count(r"barrier\.cluster\.arrive"), "wait": count(r"barrier\.cluster\.wait"),
-                  "bar_sync": count(r"\bbar\.sync|\bbarrier\.sync"), "st_cluster": count(r"st\.shared::cluster\.f32"),
-                  "ld_cluster": count(r"ld\.shared::cluster"), "cs": mod.CS}))
-"""
-
-
 @pytest.mark.parametrize("cid", _candidates("clusterpush"))
-def test_push_compiles_to_one_barrier_and_no_peer_loads(cid):
-    res = subprocess.run([sys.executable, "-c", PROBE, str(ROOT / "kernels_generated/add_rmsnorm" / cid / "kernel.py")],
-                         capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert res.returncode == 0, res.stderr[-3000:]
-    out = json.loads(res.stdout.strip().splitlines()[-1])
+def test_push_compiles_to_one_barrier_and_no_peer_loads(cid, tmp_path):
+    out = sync_counts(compiled_ptx(ROOT / "kernels_generated/add_rmsnorm" / cid / "kernel.py", tmp_path))
     assert (out["arrive"], out["wait"], out["bar_sync"], out["ld_cluster"]) == (1, 1, 0, 0), out
-    assert out["st_cluster"] == out["cs"], out
+    assert out["st_cluster"] == _module(cid).CS, out
 
 
 @pytest.mark.gpu
