@@ -1,13 +1,16 @@
 """The add_rmsnorm cluster families: a row split over a cluster of CS CTAs, reduced through DSMEM.
 clusterrow pulls (CTA barrier, warp 0 sums the warps, cluster barrier, every CTA loads the peers'
 partials, exit barrier); clusterpush pushes (lane 0 of every warp stores its sum into every CTA,
-one cluster barrier, local sums in (rank, warp) order).
+one cluster barrier, local sums in (rank, warp) order); pushhybrid runs two such plans behind one
+callable, by batch (a plan of CS = 1 stores its warp sums locally behind one CTA barrier).
 
 CPU: a torch emulation of each committed candidate's exact partition (from the rendered module:
-CS, THREADS, VEC, SV, NV, vector_of) and its family's reduction order against the op reference
-(harness.compare); every feasible point of each space owns each column exactly once; the push
-kernel compiles to one cluster barrier, CS pushes and no peer loads.
-GPU (-m gpu): each candidate against the reference at B = 1, 3, 64."""
+each plan's CS, THREADS, VEC, SV, NV, vector_of) and its family's reduction order against the op
+reference (harness.compare); every feasible point of each space owns each column exactly once;
+the push kernels compile to one barrier each, CS pushes and no peer loads; pushhybrid's plan
+choice switches at B_SWITCH.
+GPU (-m gpu): each candidate against the reference at B = 1, 3, 64 (pushhybrid: and both sides
+of its switch)."""
 from __future__ import annotations
 
 import json
@@ -18,7 +21,22 @@ import torch
 from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module, sync_counts
 
 H, EPS = 7168, 1e-5
-FAMILIES = ("clusterrow", "clusterpush")
+FAMILIES = ("clusterrow", "clusterpush", "pushhybrid")
+
+
+class _Plan:
+    """One launch plan of a rendered module: (CS, THREADS, NV, NWARPS, VEC, vector_of)."""
+
+    def __init__(self, cs: int, threads: int, nv: int, vec: int, vector_of):
+        self.CS, self.THREADS, self.NV, self.VEC, self.vector_of = cs, threads, nv, vec, vector_of
+        self.NWARPS = threads // 32
+
+
+def _plans(m) -> list[_Plan]:
+    """The plans a module launches: pushhybrid's SMALL and LARGE, else the module's one."""
+    if hasattr(m, "SMALL"):
+        return [_Plan(p.cs, p.threads, p.nv, m.VEC, p.vector_of) for p in (m.SMALL, m.LARGE)]
+    return [_Plan(m.CS, m.THREADS, m.NV, m.VEC, m.vector_of)]
 
 
 def _candidates(*families: str) -> list[str]:
@@ -34,7 +52,7 @@ def _module(cid: str):
     return load_module(ROOT / "kernels_generated/add_rmsnorm" / cid / "kernel.py", f"add_rmsnorm_cr_{cid}")
 
 
-def _columns(m) -> torch.Tensor:
+def _columns(m: _Plan) -> torch.Tensor:
     """[CS, THREADS, NV, VEC] column owned by (rank, thread, vector k, element)."""
     vix = torch.tensor([[[m.vector_of(r, k, t) for k in range(m.NV)] for t in range(m.THREADS)]
                         for r in range(m.CS)])
@@ -46,7 +64,7 @@ def test_there_are_committed_candidates(family):
     assert _candidates(family)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", ("clusterrow", "clusterpush"))
 def test_every_feasible_point_owns_each_column_once(family):
     from harness.agent.families import load_family
 
@@ -59,13 +77,42 @@ def test_every_feasible_point_owns_each_column_once(family):
         assert cols == list(range(H)), c
 
 
+def test_every_pushhybrid_point_owns_each_column_once_in_both_plans(tmp_path):
+    from kernel_helpers import rendered_points
+
+    points = rendered_points("add_rmsnorm", "pushhybrid", tmp_path)
+    assert len(points) > 20
+    for params, m in points:
+        small, large = _plans(m)
+        assert (small.CS, small.THREADS, large.CS, large.THREADS) == (
+            params["small_cs"], params["small_threads"], params["large_cs"], params["large_threads"])
+        for plan in (small, large):
+            assert sorted(_columns(plan).flatten().tolist()) == list(range(H)), params
+
+
+@pytest.mark.parametrize("cid", _candidates("pushhybrid"))
+def test_pushhybrid_switches_plan_at_b_switch(cid):
+    m = _module(cid)
+    assert m.plan_for(1) == m.plan_for(m.B_SWITCH) == m.SMALL
+    assert m.plan_for(m.B_SWITCH + 1) == m.plan_for(64) == m.LARGE
+    launched = []
+    by_batch = m.ByBatch({m.SMALL: lambda *a: launched.append("small"), m.LARGE: lambda *a: launched.append("large")})
+    for batch in (1, m.B_SWITCH, m.B_SWITCH + 1, 64):
+        by_batch(torch.zeros(batch, H), None, None, None, None)
+    assert launched == ["small", "small", "large", "large"]
+
+
 @pytest.mark.parametrize("cid", _candidates())
 def test_emulation_matches_reference(cid):
+    for plan in _plans(_module(cid)):
+        _check_emulation(cid, plan)
+
+
+def _check_emulation(cid: str, m: _Plan) -> None:
     import reference_impls
     from harness.compare import compare
     from harness.opdef import Point
 
-    m = _module(cid)
     col = _columns(m)
     assert sorted(col.flatten().tolist()) == list(range(H))
     defn = reference_impls.get("add_rmsnorm")
@@ -81,7 +128,7 @@ def test_emulation_matches_reference(cid):
     for off in (16, 8, 4, 2, 1):                                         # shfl.bfly
         lanes = lanes + lanes[..., torch.arange(32) ^ off]
     tot = torch.zeros(lanes.shape[0])
-    if _family(cid) == "clusterpush":
+    if _family(cid) in ("clusterpush", "pushhybrid"):
         for q in range(m.CS):                                            # slots in (rank, warp) order
             for w in range(m.NWARPS):
                 tot = tot + lanes[:, q, w, 0]
@@ -97,11 +144,16 @@ def test_emulation_matches_reference(cid):
     assert res.ok, res.summary()
 
 
-@pytest.mark.parametrize("cid", _candidates("clusterpush"))
+@pytest.mark.parametrize("cid", _candidates("clusterpush", "pushhybrid"))
 def test_push_compiles_to_one_barrier_and_no_peer_loads(cid, tmp_path):
+    """Each plan: CS > 1 one cluster barrier and CS pushes; CS = 1 one CTA barrier (summed over
+    the plans a module compiles)."""
     out = sync_counts(compiled_ptx(ROOT / "kernels_generated/add_rmsnorm" / cid / "kernel.py", tmp_path))
-    assert (out["arrive"], out["wait"], out["bar_sync"], out["ld_cluster"]) == (1, 1, 0, 0), out
-    assert out["st_cluster"] == _module(cid).CS, out
+    plans = _plans(_module(cid))
+    clustered = [p for p in plans if p.CS > 1]
+    assert (out["arrive"], out["wait"], out["ld_cluster"]) == (len(clustered), len(clustered), 0), out
+    assert out["bar_sync"] == len(plans) - len(clustered), out
+    assert out["st_cluster"] == sum(p.CS for p in clustered), out
 
 
 @pytest.mark.gpu
@@ -115,7 +167,8 @@ def test_gpu_matches_reference(cid):
     m = _module(cid)
     defn = reference_impls.get("add_rmsnorm")
     compiled = m.compile(8, "--enable-tvm-ffi")
-    for batch in (1, 3, 64):
+    batches = [1, 3, 64] + ([m.B_SWITCH, m.B_SWITCH + 1] if hasattr(m, "B_SWITCH") else [])
+    for batch in batches:
         point = Point(batch=batch, tp=8)
         inp = defn.make_inputs(point, torch.Generator().manual_seed(50 + batch), "cuda")
         outs = defn.alloc_outputs(point, "cuda", poison=True)
