@@ -14,6 +14,7 @@ of its switch)."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -27,15 +28,16 @@ FAMILIES = ("clusterrow", "clusterpush", "pushhybrid")
 class _Plan:
     """One launch plan of a rendered module: (CS, THREADS, NV, NWARPS, VEC, vector_of)."""
 
-    def __init__(self, cs: int, threads: int, nv: int, vec: int, vector_of):
+    def __init__(self, cs: int, threads: int, nv: int, vec: int, vector_of, ordered_sum=None):
         self.CS, self.THREADS, self.NV, self.VEC, self.vector_of = cs, threads, nv, vec, vector_of
         self.NWARPS = threads // 32
+        self.ordered_sum = ordered_sum or (lambda vals: sum(vals[1:], vals[0]))   # left to right
 
 
 def _plans(m) -> list[_Plan]:
     """The plans a module launches: pushhybrid's SMALL and LARGE, else the module's one."""
     if hasattr(m, "SMALL"):
-        return [_Plan(p.cs, p.threads, p.nv, m.VEC, p.vector_of) for p in (m.SMALL, m.LARGE)]
+        return [_Plan(p.cs, p.threads, p.nv, m.VEC, p.vector_of, m.ordered_sum) for p in (m.SMALL, m.LARGE)]
     return [_Plan(m.CS, m.THREADS, m.NV, m.VEC, m.vector_of)]
 
 
@@ -90,6 +92,27 @@ def test_every_pushhybrid_point_owns_each_column_once_in_both_plans(tmp_path):
             assert sorted(_columns(plan).flatten().tolist()) == list(range(H)), params
 
 
+class _Term:
+    """A number stand-in whose '+' records the expression: ordered_sum's order, made visible."""
+
+    def __init__(self, expr):
+        self.expr = expr
+
+    def __add__(self, other: "_Term") -> "_Term":
+        return _Term((self.expr, other.expr))
+
+
+def test_pushhybrid_ordered_sum_is_a_pairwise_tree_or_left_to_right(tmp_path):
+    from kernel_helpers import rendered_points
+
+    by_tree = {params["tree_sum"]: m for params, m in rendered_points("add_rmsnorm", "pushhybrid", tmp_path)}
+    assert set(by_tree) == {False, True}
+    terms = [_Term(i) for i in range(7)]
+    assert by_tree[False].ordered_sum(terms).expr == ((((((0, 1), 2), 3), 4), 5), 6)
+    assert by_tree[True].ordered_sum(terms).expr == (((0, 1), (2, 3)), ((4, 5), 6))
+    assert by_tree[True].ordered_sum(terms[:1]).expr == 0
+
+
 @pytest.mark.parametrize("cid", _candidates("pushhybrid"))
 def test_pushhybrid_switches_plan_at_b_switch(cid):
     m = _module(cid)
@@ -128,10 +151,8 @@ def _check_emulation(cid: str, m: _Plan) -> None:
     for off in (16, 8, 4, 2, 1):                                         # shfl.bfly
         lanes = lanes + lanes[..., torch.arange(32) ^ off]
     tot = torch.zeros(lanes.shape[0])
-    if _family(cid) in ("clusterpush", "pushhybrid"):
-        for q in range(m.CS):                                            # slots in (rank, warp) order
-            for w in range(m.NWARPS):
-                tot = tot + lanes[:, q, w, 0]
+    if _family(cid) in ("clusterpush", "pushhybrid"):                    # slots in (rank, warp) order
+        tot = m.ordered_sum([lanes[:, q, w, 0] for q in range(m.CS) for w in range(m.NWARPS)])
     else:
         cta = torch.zeros(lanes.shape[:2])
         for w in range(m.NWARPS):                                        # warps in order
@@ -148,12 +169,16 @@ def _check_emulation(cid: str, m: _Plan) -> None:
 def test_push_compiles_to_one_barrier_and_no_peer_loads(cid, tmp_path):
     """Each plan: CS > 1 one cluster barrier and CS pushes; CS = 1 one CTA barrier (summed over
     the plans a module compiles)."""
-    out = sync_counts(compiled_ptx(ROOT / "kernels_generated/add_rmsnorm" / cid / "kernel.py", tmp_path))
+    ptx = compiled_ptx(ROOT / "kernels_generated/add_rmsnorm" / cid / "kernel.py", tmp_path)
+    out = sync_counts(ptx)
     plans = _plans(_module(cid))
     clustered = [p for p in plans if p.CS > 1]
     assert (out["arrive"], out["wait"], out["ld_cluster"]) == (len(clustered), len(clustered), 0), out
     assert out["bar_sync"] == len(plans) - len(clustered), out
     assert out["st_cluster"] == sum(p.CS for p in clustered), out
+    if _family(cid) == "pushhybrid":                                     # x and residual: 2 NV loads a plan
+        evict_first = len(re.findall(r"ld\.global\.L1::evict_first", ptx))
+        assert evict_first == (sum(2 * p.NV for p in plans) if _module(cid).EVICT_FIRST else 0), evict_first
 
 
 @pytest.mark.gpu

@@ -1,9 +1,9 @@
 """add_rmsnorm candidate: TWO launch plans behind one callable (ByBatch), chosen per call by the
 batch B: B <= B_SWITCH runs SMALL (a row over a cluster of 4 CTAs x 224 threads),
-larger B runs LARGE (a row over 1 CTA(s) x 128 threads). Every plan keeps the CTA's
+larger B runs LARGE (a row over 1 CTA(s) x 448 threads). Every plan keeps the CTA's
 slice in registers and reduces with ONE barrier.
 
-Rendered from prompts/kernels/add_rmsnorm/pushhybrid.py.j2 with small_cs=4 small_threads=224 large_cs=1 large_threads=128 b_switch=32 weight_first=False
+Rendered from prompts/kernels/add_rmsnorm/pushhybrid.py.j2 with small_cs=4 small_threads=224 large_cs=1 large_threads=448 b_switch=32 weight_first=True tree_sum=False evict_first=False
     r = bf16(x + residual);  residual_out = r;  out = bf16(r * rsqrt(mean(r^2) + eps) * w)
 The norm reads the bf16-ROUNDED sum r (the reference's reading), not the fp32 sum.
 Why: at small B one CTA per row (rowreg) keeps B of the 132 SMs busy; clusterpush's cs4 x 224
@@ -16,8 +16,12 @@ Sum of squares, in a fixed order so every thread of a row gets a bit-identical r
 (vectors k in order) -> 5-step warp butterfly -> lane 0 of each warp stores it into slot
 rank * NWARPS + warp of a [CS * NWARPS] buffer in every CTA of the row (CS > 1: mapa +
 st.shared::cluster, then one cluster barrier; CS = 1: a plain store, then one CTA barrier) ->
-every thread sums the slots in order. No CTA reads a peer's shared memory.
+every thread sums the slots in one fixed order (ordered_sum: left to right, or a pairwise tree
+when TREE_SUM: depth log2(CS * NWARPS) instead of CS * NWARPS dependent adds). No CTA reads a
+peer's shared memory.
 WEIGHT_FIRST: the weight's loads issue before (True) or after (False) those of x and residual.
+EVICT_FIRST: x and residual load with the L1 eviction priority evict_first (read once: they
+should not displace the weight), else plain loads.
 """
 from __future__ import annotations
 
@@ -34,7 +38,9 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 HIDDEN = 7168
 EPS = 1e-5
 VEC = 8                                   # bf16 per access (16 bytes)
-WEIGHT_FIRST = False
+WEIGHT_FIRST = True
+TREE_SUM = False
+EVICT_FIRST = False
 
 
 class Plan(NamedTuple):
@@ -65,13 +71,27 @@ class Plan(NamedTuple):
 
 
 SMALL = Plan(cs=4, threads=224).check()
-LARGE = Plan(cs=1, threads=128).check()
+LARGE = Plan(cs=1, threads=448).check()
 B_SWITCH = 32                          # B above this takes LARGE
 
 
 def plan_for(batch: int) -> Plan:
     """The plan a call with B rows runs."""
     return LARGE if batch > B_SWITCH else SMALL
+
+
+def ordered_sum(vals: list):
+    """The sum of vals in the kernel's one order (DSL values at trace time, or any numbers):
+    pairwise tree levels (an odd tail carried up) when TREE_SUM, else left to right."""
+    vals = list(vals)
+    if not TREE_SUM:
+        tot = vals[0]
+        for v in vals[1:]:
+            tot = tot + v
+        return tot
+    while len(vals) > 1:
+        vals = [vals[i] + vals[i + 1] for i in range(0, len(vals) - 1, 2)] + vals[len(vals) - len(vals) % 2:]
+    return vals[0]
 
 
 @dsl_user_op
@@ -121,12 +141,19 @@ class AddRMSNormPlan:
         go, gro = mOut[row, None], mROut[row, None]
         vix = [pl.vector_of(rank, k, tidx) for k in range(NV)]
 
+        if const_expr(EVICT_FIRST):
+            stream_in = cute.make_copy_atom(cute.nvgpu.CopyG2ROp(), BFloat16, num_bits_per_copy=16 * VEC,
+                                            l1c_evict_priority=cute.nvgpu.CacheEvictionPriority.EVICT_FIRST)
         if const_expr(WEIGHT_FIRST):
             for k in cutlass.range_constexpr(NV):
                 cute.autovec_copy(cute.local_tile(mW, (VEC,), (vix[k],)), rw[k])
         for k in cutlass.range_constexpr(NV):
-            cute.autovec_copy(cute.local_tile(gx, (VEC,), (vix[k],)), rx[k])
-            cute.autovec_copy(cute.local_tile(gr, (VEC,), (vix[k],)), rr[k])
+            if const_expr(EVICT_FIRST):
+                cute.copy(stream_in, cute.local_tile(gx, (VEC,), (vix[k],)), rx[k])
+                cute.copy(stream_in, cute.local_tile(gr, (VEC,), (vix[k],)), rr[k])
+            else:
+                cute.autovec_copy(cute.local_tile(gx, (VEC,), (vix[k],)), rx[k])
+                cute.autovec_copy(cute.local_tile(gr, (VEC,), (vix[k],)), rr[k])
         if const_expr(not WEIGHT_FIRST):
             for k in cutlass.range_constexpr(NV):
                 cute.autovec_copy(cute.local_tile(mW, (VEC,), (vix[k],)), rw[k])
@@ -152,9 +179,7 @@ class AddRMSNormPlan:
             if lane == 0:
                 slots[warp] = ss
             cute.arch.barrier()
-        tot = Float32(0.0)
-        for s in cutlass.range_constexpr(CS * NWARPS):           # (rank, warp) order: identical everywhere
-            tot += slots[s]
+        tot = ordered_sum([slots[s] for s in range(CS * NWARPS)])  # slots in (rank, warp) order: same everywhere
         rstd = cute.math.rsqrt(tot * (1.0 / HIDDEN) + EPS, fastmath=True)
 
         for k in cutlass.range_constexpr(NV):
