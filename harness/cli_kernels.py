@@ -59,16 +59,30 @@ def register(app: typer.Typer) -> None:
     @app.command("candidates")
     def candidates(op: str = typer.Argument(..., help="Op name."),
                    json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-        """List the candidates of an op (kernels_generated/<op>/)."""
+        """List the candidates of an op (kernels_generated/<op>/): the promoted one marked '*',
+        each with its template family ('-' when written whole) and evidence record count."""
+        from . import paths
+        from .promotion import read_manifest
         from .toolchain import list_candidates
 
-        rows = [{"id": c.id, "author": c.provenance.author, "created_utc": c.provenance.created_utc,
-                 "scope": c.scope.to_json(), "path": str(c.path)} for c in list_candidates(op)]
+        promoted = {e["candidate"] for e in read_manifest(paths.root()) if e["op"] == op}
+        rows = []
+        for c in list_candidates(op):
+            evidence = c.path / "evidence"
+            rows.append({"id": c.id, "promoted": c.id in promoted,
+                         "family": (c.provenance.template or {}).get("family"), "author": c.provenance.author,
+                         "created_utc": c.provenance.created_utc, "scope": c.scope.to_json(),
+                         "evidence_records": len(list(evidence.glob("*.json"))) if evidence.is_dir() else 0,
+                         "path": str(c.path)})
         if json_out:
             print_json(rows)
             return
         for r in rows:
-            console().print(f"{r['id']}  {r['author']:<28} {r['created_utc']}  batch {r['scope']['batch']} tp {r['scope']['tp']}")
+            console().print(f"{'*' if r['promoted'] else ' '} {r['id']}  {r['family'] or '-':<20} {r['author']:<10} "
+                            f"{r['created_utc']}  batch {r['scope']['batch']} tp {r['scope']['tp']}  "
+                            f"evidence {r['evidence_records']}", markup=False)
+        if promoted:
+            console().print(f"* promoted (kernels_generated/promoted.json): {', '.join(sorted(promoted))}", markup=False)
 
     @app.command("check")
     def check(op: str = typer.Argument(..., help="Op name."),
