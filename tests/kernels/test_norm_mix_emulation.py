@@ -46,7 +46,7 @@ def _bf16(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.bfloat16).float()
 
 
-@pytest.mark.parametrize("params", _points("add_rmsnorm"), ids=lambda p: f"t{p['threads']}v{p['vec']}")
+@pytest.mark.parametrize("params", _points("add_rmsnorm", "rowreg"), ids=lambda p: f"t{p['threads']}v{p['vec']}")
 def test_add_rmsnorm_emulation(params):
     idx = _owner_index(params["threads"], params["vec"])
     assert torch.equal(idx.flatten().sort().values, torch.arange(H)), "every column owned exactly once"
