@@ -62,18 +62,15 @@ def register(app: typer.Typer) -> None:
         """List the candidates of an op (kernels_generated/<op>/): the promoted one marked '*',
         each with its template family ('-' when written whole) and evidence record count."""
         from . import paths
+        from .evidence import EVIDENCE_DIR
         from .promotion import read_manifest
         from .toolchain import list_candidates
 
         promoted = {e["candidate"] for e in read_manifest(paths.root()) if e["op"] == op}
-        rows = []
-        for c in list_candidates(op):
-            evidence = c.path / "evidence"
-            rows.append({"id": c.id, "promoted": c.id in promoted,
-                         "family": (c.provenance.template or {}).get("family"), "author": c.provenance.author,
-                         "created_utc": c.provenance.created_utc, "scope": c.scope.to_json(),
-                         "evidence_records": len(list(evidence.glob("*.json"))) if evidence.is_dir() else 0,
-                         "path": str(c.path)})
+        rows = [{"id": c.id, "promoted": c.id in promoted, "family": (c.provenance.template or {}).get("family"),
+                 "author": c.provenance.author, "created_utc": c.provenance.created_utc, "scope": c.scope.to_json(),
+                 "evidence_records": len(list((c.path / EVIDENCE_DIR).glob("*.json"))), "path": str(c.path)}
+                for c in list_candidates(op)]
         if json_out:
             print_json(rows)
             return

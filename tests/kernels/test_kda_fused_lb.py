@@ -21,9 +21,9 @@ def test_every_point_is_the_fused_kernel_plus_launch_bounds():
     assert configs
     for c in configs:
         base = {k: v for k, v in c.items() if k != "min_ctas_per_sm"}
-        a, b = fused.render(base).splitlines(), lb.render(c).splitlines()
-        added = [l[1:] for l in difflib.unified_diff(a, b, lineterm="", n=0) if l.startswith("+") and not l.startswith("+++")]
-        removed = [l[1:] for l in difflib.unified_diff(a, b, lineterm="", n=0) if l.startswith("-") and not l.startswith("---")]
+        diff = list(difflib.unified_diff(fused.render(base).splitlines(), lb.render(c).splitlines(), lineterm="", n=0))
+        added = [l[1:] for l in diff if l.startswith("+") and not l.startswith("+++")]
+        removed = [l[1:] for l in diff if l.startswith("-") and not l.startswith("---")]
         # what changes: the header's family and parameters, and each launch gains **OCCUPANCY
         assert [r for r in removed if "Rendered from" not in r and "warps=" not in r and "use_pdl=USE_PDL)" not in r] == [], c
         assert sum("**OCCUPANCY)" in l for l in added) == sum("use_pdl=USE_PDL)" in l for l in removed) == 2, c
