@@ -1,33 +1,35 @@
-"""kda_decode candidate (family `persisthybrid`): TWO kernels behind one callable (ByBatch), chosen per
-call by the batch B: B <= B_SWITCH runs the `fused` kernel (one CTA per (token, head), state in registers), larger B the `persist` kernel (CTAS persistent CTAs stream the state through shared
-memory, STAGES - 1 tiles ahead of the math). UNVERIFIED on a GPU (compiled for sm_90a / sm_103a on a CPU only;
-correctness and timing not yet run).
+"""kda_decode candidate (family `persist`): a persistent kernel that streams the state through
+shared memory, STAGES - 1 tiles ahead of the math. UNVERIFIED on a GPU (compiled for sm_90a /
+sm_103a on a CPU only; correctness and timing not yet run).
 
-Rendered from prompts/kernels/kda_decode/persisthybrid.py.j2 with v_split=1 threads_per_row=16
-warps=8 pdl=False b_switch=8 stages=3 ctas=132 large_tpr=16 large_warps=8
-Why: at small B the fused kernel's B * h CTAs leave most SMs idle either way and its short path wins;
-at large B its one CTA per SM (141 registers) idles HBM during every tile's dependent chain, which
-the persistent kernel overlaps with later tiles' state stream. The math and the per-row reduction
-orders are the fused family's (persist mirrors fused with V_SPLIT = 1).
-Per token b and local head hd (D = 128, HD = h*D, channel of segment s (q|k|v) = s*HD + hd*D + ch):
+Rendered from prompts/kernels/kda_decode/persist.py.j2 with stages=3 ctas_per_sm=1 threads_per_row=16 warps=16
+Math as in the `fused` family (per token b and local head hd, D = 128, HD = h*D):
     y = silu(sum_t window[t] * w_conv[t]), window = [conv_state[:, 0..2], qkv]; conv_state <- window[1:]
     q = y_q * rsqrt(sum y_q^2 + 1e-6) * D^-0.5 ; k = y_k * rsqrt(sum y_k^2 + 1e-6) ; v = y_v
     decay = exp(-5 * sigmoid(exp(A_log[hd]) * (f + dt_bias)))  [D]  ;  beta = sigmoid(b[hd])
     S = S * decay[None, :] ; u = beta * (v - S @ k) ; S = S + outer(u, k) ; o = S @ q (fp32 S)
     o = o * rsqrt(mean(o^2) + 1e-5) * w_norm * sigmoid(g_out) ; S stored in the state dtype
-The fused kernel's layout is documented in prompts/kernels/kda_decode/fused.py.j2, the persistent
-kernel's in prompts/kernels/kda_decode/persist.py.j2.
+Why: the fused kernel (one CTA per (token, head), state in registers) measured 1.8x the HBM floor at
+B=64 on the H200 with DRAM 31% busy: 141 registers allow one CTA per SM, and while a CTA runs its
+dependent chain (conv, norms, the row-dot butterflies, the RMSNorm barrier) its SM moves no state
+(results/h200/session8: ncu_kda_a7f1bb_b64.txt, state_stream_probe.log). Here each of the CTAS = 132 x per_sm CTAs (per_sm: ctas_per_sm, fewer where shared memory does not fit them)
+loops over tiles t = cta, cta + CTAS, ... (t = b * h + head) and keeps STAGES - 1 later tiles' state
+and inputs in flight (cp.async into shared memory) while it computes the current one.
+Per tile: cp.async of tile it + STAGES - 1 (state with .cg: read once; qkv, conv_state, conv_weight,
+f, g_out as 16-byte bf16 vectors; dt_bias fp32), wait for tile it, barrier; conv + SiLU of the 384
+channels from shared memory into ybuf (conv_state shift stored by the thread that computed the
+channel), decays; barrier; every warp re-reduces the L2 norms; each thread's rows (row = j*ROWS_PER_PASS
++ w*RG + g, its KPL keys at k_lane*KPL) are read from shared memory, updated and stored to global
+memory from registers; sum o^2: butterfly over row groups, one partial per warp, barrier (which also
+frees the stage for the next prefetch), every thread sums the partials in warp order.
+Reduction orders equal `fused` with V_SPLIT = 1 and the same TPR / WARPS.
 """
 from __future__ import annotations
-
-import math
 
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import BFloat16, Float32, Int32, const_expr
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import dsl_user_op
 
 D = 128                                   # head dim (K = V = 128)
 N_HEADS = 96
@@ -37,45 +39,6 @@ RMS_EPS = 1e-5
 GATE_LOWER = -5.0
 Q_SCALE = D ** -0.5
 LOG2E = 1.4426950408889634
-V_SPLIT = 1
-TPR = 16               # lanes per state row
-WARPS = 8
-USE_PDL = False
-THREADS = WARPS * 32
-KPL = D // TPR                            # key channels per lane
-RG = 32 // TPR                            # row groups per warp
-RB = D // V_SPLIT                         # value rows per CTA
-ROWS_PER_PASS = WARPS * RG
-RPT = RB // ROWS_PER_PASS                 # rows per thread
-NSLOT = 2 * D + RB                        # conv channels computed per CTA: all q, all k, own v
-NSLOT_ITERS = (NSLOT + THREADS - 1) // THREADS
-ROW_OFFS = tuple(TPR >> (i + 1) for i in range(TPR.bit_length() - 1))      # TPR/2, ..., 1
-GROUP_OFFS = tuple(TPR << i for i in range(RG.bit_length() - 1))           # TPR, ..., 16
-assert RPT * ROWS_PER_PASS == RB and RB * V_SPLIT == D and 32 % TPR == 0 and RPT >= 1
-
-
-@cute.jit
-def row_sum(x: Float32) -> Float32:
-    """Sum over the TPR lanes of a row: xor offsets TPR/2, ..., 1 stay inside the row's lanes."""
-    for i in cutlass.range_constexpr(len(ROW_OFFS)):
-        x = x + cute.arch.shuffle_sync_bfly(x, offset=ROW_OFFS[i])
-    return x
-
-
-@cute.jit
-def group_sum(x: Float32) -> Float32:
-    """Sum over the RG row groups of a warp (xor offsets TPR, ..., 16)."""
-    for i in cutlass.range_constexpr(len(GROUP_OFFS)):
-        x = x + cute.arch.shuffle_sync_bfly(x, offset=GROUP_OFFS[i])
-    return x
-
-
-@dsl_user_op
-def ld_cluster_f32(addr: Int32, *, loc=None, ip=None) -> Float32:
-    """ld.shared::cluster.f32 at a mapa'd (32-bit shared::cluster) address: a peer CTA's shared memory."""
-    v = llvm.inline_asm(Float32.mlir_type, [Int32(addr).ir_value(loc=loc, ip=ip)], "ld.shared::cluster.f32 $0, [$1];",
-                        "=f,r", has_side_effects=True, loc=loc, ip=ip)
-    return Float32(v)
 
 
 @cute.jit
@@ -83,167 +46,12 @@ def sigmoid(x: Float32) -> Float32:
     return 1.0 / (1.0 + cute.math.exp2(-x * LOG2E, fastmath=True))
 
 
-class KdaDecode:
-    def __init__(self, state_dtype: type[cutlass.Numeric], heads: int):
-        self.sdt = state_dtype
-        self.h = heads
-
-    @cute.jit
-    def __call__(self, mQKV: cute.Tensor, mCS: cute.Tensor, mCW: cute.Tensor, mF: cute.Tensor, mB: cute.Tensor,
-                 mG: cute.Tensor, mA: cute.Tensor, mDt: cute.Tensor, mWn: cute.Tensor, mS: cute.Tensor,
-                 mO: cute.Tensor, stream: cuda.CUstream):
-        grid = [V_SPLIT, self.h, mQKV.shape[0]]
-        if const_expr(V_SPLIT > 1):
-            self.kernel(mQKV, mCS, mCW, mF, mB, mG, mA, mDt, mWn, mS, mO).launch(
-                grid=grid, block=[THREADS, 1, 1], cluster=[V_SPLIT, 1, 1], stream=stream, use_pdl=USE_PDL)
-        else:
-            self.kernel(mQKV, mCS, mCW, mF, mB, mG, mA, mDt, mWn, mS, mO).launch(
-                grid=grid, block=[THREADS, 1, 1], stream=stream, use_pdl=USE_PDL)
-
-    @cute.kernel
-    def kernel(self, mQKV: cute.Tensor, mCS: cute.Tensor, mCW: cute.Tensor, mF: cute.Tensor, mB: cute.Tensor,
-               mG: cute.Tensor, mA: cute.Tensor, mDt: cute.Tensor, mWn: cute.Tensor, mS: cute.Tensor,
-               mO: cute.Tensor):
-        tidx, _, _ = cute.arch.thread_idx()
-        rank, hd, bi = cute.arch.block_idx()
-        lane = cute.arch.lane_idx()
-        warp = cute.arch.warp_idx()
-        k_lane = lane % TPR
-        grp = lane // TPR
-        hdim = self.h * D
-        smem = cutlass.memory.SmemAllocator()
-        ybuf = smem.allocate_tensor(Float32, cute.make_layout((NSLOT,)), byte_alignment=16)
-        dec = smem.allocate_tensor(Float32, cute.make_layout((D,)), byte_alignment=16)
-        red = smem.allocate_tensor(Float32, cute.make_layout((WARPS,)), byte_alignment=16)
-        part = smem.allocate_tensor(Float32, cute.make_layout((4,)), byte_alignment=16)
-
-        if const_expr(USE_PDL):
-            cute.arch.griddepcontrol_wait()
-
-        # ---- the state tile first: RPT rows x KPL keys, 16-byte vectors -------------------------
-        vl = cute.make_layout((KPL,), stride=(1,))
-        rs = [cute.make_rmem_tensor(vl, self.sdt) for _ in range(RPT)]
-        for j in cutlass.range_constexpr(RPT):
-            row = rank * RB + j * ROWS_PER_PASS + warp * RG + grp
-            cute.autovec_copy(cute.local_tile(mS[bi, hd, row, None], (KPL,), (k_lane,)), rs[j])
-        # output gate of this thread's rows (every lane of the row loads the same address)
-        gate = [Float32(0.0) for _ in range(RPT)]
-        for j in cutlass.range_constexpr(RPT):
-            row = rank * RB + j * ROWS_PER_PASS + warp * RG + grp
-            gate[j] = mWn[row].to(Float32) * sigmoid(mG[bi, hd * D + row].to(Float32))
-        beta = sigmoid(mB[bi, hd].to(Float32))
-
-        # ---- prologue: conv + SiLU of all q, k channels and this CTA's v rows; decays -----------
-        rate = cute.math.exp2(mA[hd] * LOG2E, fastmath=True)
-        for it in cutlass.range_constexpr(NSLOT_ITERS):
-            i = it * THREADS + tidx
-            if i < NSLOT:
-                seg = i // D                                  # 0 q, 1 k, 2 v (slots >= 256 are v)
-                ch = i - seg * D + (seg // 2) * (rank * RB)
-                gc = seg * hdim + hd * D + ch
-                c0 = mCS[bi, gc, 0]
-                c1 = mCS[bi, gc, 1]
-                c2 = mCS[bi, gc, 2]
-                x = mQKV[bi, gc]
-                acc = c0.to(Float32) * mCW[gc, 0].to(Float32)
-                acc = acc + c1.to(Float32) * mCW[gc, 1].to(Float32)
-                acc = acc + c2.to(Float32) * mCW[gc, 2].to(Float32)
-                acc = acc + x.to(Float32) * mCW[gc, 3].to(Float32)
-                ybuf[i] = acc * sigmoid(acc)
-                if const_expr(V_SPLIT == 1):                  # the thread that read the channel shifts it
-                    mCS[bi, gc, 0] = c1
-                    mCS[bi, gc, 1] = c2
-                    mCS[bi, gc, 2] = x
-                if seg == 1:
-                    a = rate * (mF[bi, hd * D + ch].to(Float32) + mDt[hd * D + ch])
-                    dec[ch] = cute.math.exp2(GATE_LOWER * sigmoid(a) * LOG2E, fastmath=True)
-        cute.arch.barrier()
-
-        # ---- L2 norms: every warp re-reduces the 128 q and 128 k values (lane: 4 channels) -----
-        sq = Float32(0.0)
-        sk = Float32(0.0)
-        for c in cutlass.range_constexpr(4):
-            yq = ybuf[lane * 4 + c]
-            yk = ybuf[D + lane * 4 + c]
-            sq = sq + yq * yq
-            sk = sk + yk * yk
-        for off in cutlass.range_constexpr(5):
-            sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=16 >> off)
-            sk = sk + cute.arch.shuffle_sync_bfly(sk, offset=16 >> off)
-        rq = cute.math.rsqrt(sq + L2_EPS, fastmath=True) * Q_SCALE
-        rk = cute.math.rsqrt(sk + L2_EPS, fastmath=True)
-        fq = cute.make_rmem_tensor(vl, Float32)
-        fk = cute.make_rmem_tensor(vl, Float32)
-        fd = cute.make_rmem_tensor(vl, Float32)
-        for c in cutlass.range_constexpr(KPL):
-            fq[c] = ybuf[k_lane * KPL + c] * rq
-            fk[c] = ybuf[D + k_lane * KPL + c] * rk
-            fd[c] = dec[k_lane * KPL + c]
-        qv = fq.load()
-        kv = fk.load()
-        dv = fd.load()
-
-        # ---- delta rule per row, o from the fp32 S, S stored in the state dtype -----------------
-        ov = [Float32(0.0) for _ in range(RPT)]
-        ss = Float32(0.0)
-        for j in cutlass.range_constexpr(RPT):
-            lrow = j * ROWS_PER_PASS + warp * RG + grp
-            s = rs[j].load().to(Float32) * dv
-            pred = row_sum((s * kv).reduce(cute.ReductionOp.ADD, init_val=Float32(0.0), reduction_profile=0))
-            u = beta * (ybuf[2 * D + lrow] - pred)
-            s = s + kv * u
-            o = row_sum((s * qv).reduce(cute.ReductionOp.ADD, init_val=Float32(0.0), reduction_profile=0))
-            rs[j].store(s.to(self.sdt))
-            cute.autovec_copy(rs[j], cute.local_tile(mS[bi, hd, rank * RB + lrow, None], (KPL,), (k_lane,)))
-            ov[j] = o
-            ss = ss + o * o
-
-        # ---- gated RMSNorm: sum o^2 over the 128 rows of the head ------------------------------
-        ss = group_sum(ss)
-        if lane == 0:
-            red[warp] = ss
-        cute.arch.barrier()
-        tot = Float32(0.0)
-        for w in cutlass.range_constexpr(WARPS):
-            tot = tot + red[w]
-        if const_expr(V_SPLIT > 1):
-            if tidx == 0:
-                part[0] = tot
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-            tot = Float32(0.0)
-            for r in cutlass.range_constexpr(V_SPLIT):
-                tot = tot + ld_cluster_f32(cute.arch.map_dsmem_ptr(part.iterator, r).toint())
-            cute.arch.cluster_arrive()
-        rstd = cute.math.rsqrt(tot * (1.0 / D) + RMS_EPS, fastmath=True)
-        for j in cutlass.range_constexpr(RPT):
-            row = rank * RB + j * ROWS_PER_PASS + warp * RG + grp
-            if k_lane == j % TPR:                             # spread the stores over the row's lanes
-                mO[bi, hd * D + row] = (ov[j] * rstd * gate[j]).to(BFloat16)
-        if const_expr(V_SPLIT > 1):
-            # every CTA of the cluster has read its conv inputs: the owner of row block rank shifts
-            # the conv state of q, k and v channels [rank*RB, (rank+1)*RB) (each channel once)
-            for it in cutlass.range_constexpr((3 * RB + THREADS - 1) // THREADS):
-                i = it * THREADS + tidx
-                if i < 3 * RB:
-                    gc = (i // RB) * hdim + hd * D + rank * RB + i % RB
-                    c1 = mCS[bi, gc, 1]
-                    c2 = mCS[bi, gc, 2]
-                    x = mQKV[bi, gc]
-                    mCS[bi, gc, 0] = c1
-                    mCS[bi, gc, 1] = c2
-                    mCS[bi, gc, 2] = x
-            cute.arch.cluster_wait()                          # peers are done reading `part`
-        if const_expr(USE_PDL):
-            cute.arch.griddepcontrol_launch_dependents()
-
-
-B_SWITCH = 8
-
 P_STAGES = 3                   # tiles in flight per CTA: the current one and STAGES - 1 prefetched
-P_CTAS = 132                       # persistent CTAs (132 = the H200's SMs); CTA c runs tiles c, c + P_CTAS, ...
+P_SMS = 132                               # the H200's SMs: the grid is P_SMS x CTAs per SM
+P_CTAS_PER_SM = 1                 # at most; fewer where shared memory does not fit them (KdaPersist.per_sm)
+P_SMEM_PER_SM = 227 * 1024                # usable shared memory per SM (H200), 1 KiB of it reserved per CTA
 P_TPR = 16             # lanes per state row
-P_WARPS = 8
+P_WARPS = 16
 P_THREADS = P_WARPS * 32
 P_KPL = D // P_TPR                        # key channels per lane
 P_RG = 32 // P_TPR                        # row groups per warp
@@ -276,7 +84,7 @@ def p_group_sum(x: Float32) -> Float32:
 
 
 class KdaPersist:
-    """Grid (P_CTAS,): CTA c runs tiles t = c, c + P_CTAS, ... of the B * h (token, head) tiles
+    """Grid (CTAS,): CTA c runs tiles t = c, c + CTAS, ... of the B * h (token, head) tiles
     (t = b * h + head). Tile t's state (D x D) and its small inputs are staged in shared memory by
     cp.async P_STAGES - 1 tiles ahead, so the HBM stream of later tiles overlaps this tile's
     dependent chain (conv, norms, delta rule, RMSNorm)."""
@@ -285,13 +93,23 @@ class KdaPersist:
         self.sdt = state_dtype
         self.h = heads
         self.svec = 16 // (state_dtype.width // 8)              # state elements per 16-byte vector
+        smem_bytes = P_STAGES * (D * D * state_dtype.width // 8 + 16 * P_SMALL_VECS) + 4 * (4 * D + P_WARPS) + 512
+        self.per_sm = max(1, min(P_CTAS_PER_SM, P_SMEM_PER_SM // (smem_bytes + 1024), 2048 // P_THREADS))
+        self.ctas = P_SMS * self.per_sm
 
     @cute.jit
     def __call__(self, mQKV: cute.Tensor, mCS: cute.Tensor, mCW: cute.Tensor, mF: cute.Tensor, mB: cute.Tensor,
                  mG: cute.Tensor, mA: cute.Tensor, mDt: cute.Tensor, mWn: cute.Tensor, mS: cute.Tensor,
                  mO: cute.Tensor, stream: cuda.CUstream):
-        self.kernel(mQKV, mCS, mCW, mF, mB, mG, mA, mDt, mWn, mS, mO).launch(
-            grid=[P_CTAS, 1, 1], block=[P_THREADS, 1, 1], stream=stream)
+        if const_expr(self.per_sm > 1):
+            # launch bounds: ptxas keeps registers at or below 65536 / (THREADS * per_sm); the carveout
+            # (percent of the unified L1 / shared memory) is given so compiling needs no device query
+            self.kernel(mQKV, mCS, mCW, mF, mB, mG, mA, mDt, mWn, mS, mO).launch(
+                grid=[self.ctas, 1, 1], block=[P_THREADS, 1, 1], stream=stream, max_number_threads=[P_THREADS, 1, 1],
+                min_blocks_per_mp=self.per_sm, preferred_smem_carveout=100)
+        else:
+            self.kernel(mQKV, mCS, mCW, mF, mB, mG, mA, mDt, mWn, mS, mO).launch(
+                grid=[self.ctas, 1, 1], block=[P_THREADS, 1, 1], stream=stream)
 
     @cute.jit
     def prefetch(self, t: Int32, stg: Int32, tidx: Int32, mQKV: cute.Tensor, mCSf: cute.Tensor, mCWf: cute.Tensor,
@@ -374,16 +192,16 @@ class KdaPersist:
 
         # ---- fill the pipeline: tiles 0 .. STAGES-2 of this CTA -------------------------------------
         for p in cutlass.range_constexpr(P_STAGES - 1):
-            t = cta + p * P_CTAS
+            t = cta + p * self.ctas
             if t < n_tiles:
                 self.prefetch(t, Int32(p), tidx, mQKV, mCSf, mCWf, mF, mG, mDt, mS, sS, sSmall, sDt,
                               g2s_bf, g2s_f32, g2s_state)
             cute.arch.cp_async_commit_group()
 
         vl = cute.make_layout((P_KPL,), stride=(1,))
-        n_mine = (n_tiles - cta + P_CTAS - 1) // P_CTAS
+        n_mine = (n_tiles - cta + self.ctas - 1) // self.ctas
         for it in cutlass.range(n_mine, unroll=1):
-            t = cta + it * P_CTAS
+            t = cta + it * self.ctas
             bi = t // self.h
             hd = t - bi * self.h
             stg = it % P_STAGES
@@ -391,7 +209,7 @@ class KdaPersist:
             beta = sigmoid(mB[bi, hd].to(Float32))
             rate = cute.math.exp2(mA[hd] * LOG2E, fastmath=True)
             # tile it + STAGES - 1 goes to the stage tile it - 1 used (every thread left it: the RMSNorm barrier)
-            tn = t + (P_STAGES - 1) * P_CTAS
+            tn = t + (P_STAGES - 1) * self.ctas
             if tn < n_tiles:
                 self.prefetch(tn, (it + P_STAGES - 1) % P_STAGES, tidx, mQKV, mCSf, mCWf, mF, mG, mDt, mS, sS,
                               sSmall, sDt, g2s_bf, g2s_f32, g2s_state)
@@ -500,26 +318,11 @@ def kda_fake_args(h: int, sdt: type[cutlass.Numeric]) -> tuple:
 STATE_DTYPES = {"fp32": Float32, "bf16": BFloat16}
 
 
-class ByBatch:
-    """Both compiled kernels behind one callable: B <= B_SWITCH runs `small` (fused), larger B
-    `large` (persistent). The choice is made on the host from qkv.shape[0], so a CUDA graph
-    captures one of them."""
-
-    def __init__(self, small, large):
-        self.small = small
-        self.large = large
-
-    def __call__(self, qkv, *rest) -> None:
-        (self.small if qkv.shape[0] <= B_SWITCH else self.large)(qkv, *rest)
-
-
 def compile(tp: int, options: str, **static):
     """Static key: state_dtype ("fp32" default, "bf16"); h = 96 / tp local heads; batch symbolic."""
     sdt = STATE_DTYPES[static.get("state_dtype", "fp32")]
     h = N_HEADS // tp
-    args = kda_fake_args(h, sdt)
-    return ByBatch(cute.compile(KdaDecode(sdt, h), *args, options=options),
-                   cute.compile(KdaPersist(sdt, h), *args, options=options))
+    return cute.compile(KdaPersist(sdt, h), *kda_fake_args(h, sdt), options=options)
 
 
 def launch(compiled, qkv, conv_state, conv_weight, f, b, g_out, A_log, dt_bias, w_norm, state, o) -> None:

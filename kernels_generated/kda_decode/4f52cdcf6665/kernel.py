@@ -2,7 +2,7 @@
 shared memory, STAGES - 1 tiles ahead of the math. UNVERIFIED on a GPU (compiled for sm_90a /
 sm_103a on a CPU only; correctness and timing not yet run).
 
-Rendered from prompts/kernels/kda_decode/persist.py.j2 with stages=3 ctas=132 threads_per_row=16 warps=8
+Rendered from prompts/kernels/kda_decode/persist.py.j2 with stages=2 ctas_per_sm=1 threads_per_row=16 warps=16
 Math as in the `fused` family (per token b and local head hd, D = 128, HD = h*D):
     y = silu(sum_t window[t] * w_conv[t]), window = [conv_state[:, 0..2], qkv]; conv_state <- window[1:]
     q = y_q * rsqrt(sum y_q^2 + 1e-6) * D^-0.5 ; k = y_k * rsqrt(sum y_k^2 + 1e-6) ; v = y_v
@@ -12,7 +12,7 @@ Math as in the `fused` family (per token b and local head hd, D = 128, HD = h*D)
 Why: the fused kernel (one CTA per (token, head), state in registers) measured 1.8x the HBM floor at
 B=64 on the H200 with DRAM 31% busy: 141 registers allow one CTA per SM, and while a CTA runs its
 dependent chain (conv, norms, the row-dot butterflies, the RMSNorm barrier) its SM moves no state
-(results/h200/session8: ncu_kda_a7f1bb_b64.txt, state_stream_probe.log). Here each of CTAS CTAs
+(results/h200/session8: ncu_kda_a7f1bb_b64.txt, state_stream_probe.log). Here each of the CTAS = 132 x per_sm CTAs (per_sm: ctas_per_sm, fewer where shared memory does not fit them)
 loops over tiles t = cta, cta + CTAS, ... (t = b * h + head) and keeps STAGES - 1 later tiles' state
 and inputs in flight (cp.async into shared memory) while it computes the current one.
 Per tile: cp.async of tile it + STAGES - 1 (state with .cg: read once; qkv, conv_state, conv_weight,
@@ -29,7 +29,7 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, Int32
+from cutlass import BFloat16, Float32, Int32, const_expr
 
 D = 128                                   # head dim (K = V = 128)
 N_HEADS = 96
@@ -46,10 +46,12 @@ def sigmoid(x: Float32) -> Float32:
     return 1.0 / (1.0 + cute.math.exp2(-x * LOG2E, fastmath=True))
 
 
-P_STAGES = 3                   # tiles in flight per CTA: the current one and STAGES - 1 prefetched
-P_CTAS = 132                       # persistent CTAs (132 = the H200's SMs); CTA c runs tiles c, c + P_CTAS, ...
+P_STAGES = 2                   # tiles in flight per CTA: the current one and STAGES - 1 prefetched
+P_SMS = 132                               # the H200's SMs: the grid is P_SMS x CTAs per SM
+P_CTAS_PER_SM = 1                 # at most; fewer where shared memory does not fit them (KdaPersist.per_sm)
+P_SMEM_PER_SM = 227 * 1024                # usable shared memory per SM (H200), 1 KiB of it reserved per CTA
 P_TPR = 16             # lanes per state row
-P_WARPS = 8
+P_WARPS = 16
 P_THREADS = P_WARPS * 32
 P_KPL = D // P_TPR                        # key channels per lane
 P_RG = 32 // P_TPR                        # row groups per warp
@@ -82,7 +84,7 @@ def p_group_sum(x: Float32) -> Float32:
 
 
 class KdaPersist:
-    """Grid (P_CTAS,): CTA c runs tiles t = c, c + P_CTAS, ... of the B * h (token, head) tiles
+    """Grid (CTAS,): CTA c runs tiles t = c, c + CTAS, ... of the B * h (token, head) tiles
     (t = b * h + head). Tile t's state (D x D) and its small inputs are staged in shared memory by
     cp.async P_STAGES - 1 tiles ahead, so the HBM stream of later tiles overlaps this tile's
     dependent chain (conv, norms, delta rule, RMSNorm)."""
@@ -91,13 +93,23 @@ class KdaPersist:
         self.sdt = state_dtype
         self.h = heads
         self.svec = 16 // (state_dtype.width // 8)              # state elements per 16-byte vector
+        smem_bytes = P_STAGES * (D * D * state_dtype.width // 8 + 16 * P_SMALL_VECS) + 4 * (4 * D + P_WARPS) + 512
+        self.per_sm = max(1, min(P_CTAS_PER_SM, P_SMEM_PER_SM // (smem_bytes + 1024), 2048 // P_THREADS))
+        self.ctas = P_SMS * self.per_sm
 
     @cute.jit
     def __call__(self, mQKV: cute.Tensor, mCS: cute.Tensor, mCW: cute.Tensor, mF: cute.Tensor, mB: cute.Tensor,
                  mG: cute.Tensor, mA: cute.Tensor, mDt: cute.Tensor, mWn: cute.Tensor, mS: cute.Tensor,
                  mO: cute.Tensor, stream: cuda.CUstream):
-        self.kernel(mQKV, mCS, mCW, mF, mB, mG, mA, mDt, mWn, mS, mO).launch(
-            grid=[P_CTAS, 1, 1], block=[P_THREADS, 1, 1], stream=stream)
+        if const_expr(self.per_sm > 1):
+            # launch bounds: ptxas keeps registers at or below 65536 / (THREADS * per_sm); the carveout
+            # (percent of the unified L1 / shared memory) is given so compiling needs no device query
+            self.kernel(mQKV, mCS, mCW, mF, mB, mG, mA, mDt, mWn, mS, mO).launch(
+                grid=[self.ctas, 1, 1], block=[P_THREADS, 1, 1], stream=stream, max_number_threads=[P_THREADS, 1, 1],
+                min_blocks_per_mp=self.per_sm, preferred_smem_carveout=100)
+        else:
+            self.kernel(mQKV, mCS, mCW, mF, mB, mG, mA, mDt, mWn, mS, mO).launch(
+                grid=[self.ctas, 1, 1], block=[P_THREADS, 1, 1], stream=stream)
 
     @cute.jit
     def prefetch(self, t: Int32, stg: Int32, tidx: Int32, mQKV: cute.Tensor, mCSf: cute.Tensor, mCWf: cute.Tensor,
@@ -180,16 +192,16 @@ class KdaPersist:
 
         # ---- fill the pipeline: tiles 0 .. STAGES-2 of this CTA -------------------------------------
         for p in cutlass.range_constexpr(P_STAGES - 1):
-            t = cta + p * P_CTAS
+            t = cta + p * self.ctas
             if t < n_tiles:
                 self.prefetch(t, Int32(p), tidx, mQKV, mCSf, mCWf, mF, mG, mDt, mS, sS, sSmall, sDt,
                               g2s_bf, g2s_f32, g2s_state)
             cute.arch.cp_async_commit_group()
 
         vl = cute.make_layout((P_KPL,), stride=(1,))
-        n_mine = (n_tiles - cta + P_CTAS - 1) // P_CTAS
+        n_mine = (n_tiles - cta + self.ctas - 1) // self.ctas
         for it in cutlass.range(n_mine, unroll=1):
-            t = cta + it * P_CTAS
+            t = cta + it * self.ctas
             bi = t // self.h
             hd = t - bi * self.h
             stg = it % P_STAGES
@@ -197,7 +209,7 @@ class KdaPersist:
             beta = sigmoid(mB[bi, hd].to(Float32))
             rate = cute.math.exp2(mA[hd] * LOG2E, fastmath=True)
             # tile it + STAGES - 1 goes to the stage tile it - 1 used (every thread left it: the RMSNorm barrier)
-            tn = t + (P_STAGES - 1) * P_CTAS
+            tn = t + (P_STAGES - 1) * self.ctas
             if tn < n_tiles:
                 self.prefetch(tn, (it + P_STAGES - 1) % P_STAGES, tidx, mQKV, mCSf, mCWf, mF, mG, mDt, mS, sS,
                               sSmall, sDt, g2s_bf, g2s_f32, g2s_state)
