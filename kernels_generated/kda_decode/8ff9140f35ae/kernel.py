@@ -2,7 +2,7 @@
 shared memory, STAGES - 1 tiles ahead of the math. UNVERIFIED on a GPU (compiled for sm_90a /
 sm_103a on a CPU only; correctness and timing not yet run).
 
-Rendered from prompts/kernels/kda_decode/persist.py.j2 with stages=2 ctas_per_sm=2 threads_per_row=16 warps=8
+Rendered from prompts/kernels/kda_decode/persist.py.j2 with stages=2 ctas_per_sm=2 threads_per_row=16 warps=4
 Math as in the `fused` family (per token b and local head hd, D = 128, HD = h*D):
     y = silu(sum_t window[t] * w_conv[t]), window = [conv_state[:, 0..2], qkv]; conv_state <- window[1:]
     q = y_q * rsqrt(sum y_q^2 + 1e-6) * D^-0.5 ; k = y_k * rsqrt(sum y_k^2 + 1e-6) ; v = y_v
@@ -39,6 +39,10 @@ RMS_EPS = 1e-5
 GATE_LOWER = -5.0
 Q_SCALE = D ** -0.5
 LOG2E = 1.4426950408889634
+STAGES = 2                     # tiles in flight per CTA: the current one and STAGES - 1 prefetched
+CTAS_PER_SM = 2                # at most: fewer where shared memory or threads do not fit them
+TPR = 16               # lanes per state row
+WARPS = 4
 
 
 @cute.jit
@@ -46,56 +50,56 @@ def sigmoid(x: Float32) -> Float32:
     return 1.0 / (1.0 + cute.math.exp2(-x * LOG2E, fastmath=True))
 
 
-P_STAGES = 2                   # tiles in flight per CTA: the current one and STAGES - 1 prefetched
 P_SMS = 132                               # the H200's SMs: the grid is P_SMS x CTAs per SM
-P_CTAS_PER_SM = 2                 # at most; fewer where shared memory does not fit them (KdaPersist.per_sm)
 P_SMEM_PER_SM = 227 * 1024                # usable shared memory per SM (H200), 1 KiB of it reserved per CTA
-P_TPR = 16             # lanes per state row
-P_WARPS = 8
-P_THREADS = P_WARPS * 32
-P_KPL = D // P_TPR                        # key channels per lane
-P_RG = 32 // P_TPR                        # row groups per warp
-P_ROWS_PER_PASS = P_WARPS * P_RG
-P_RPT = D // P_ROWS_PER_PASS              # rows per thread
-P_NSLOT_ITERS = (3 * D + P_THREADS - 1) // P_THREADS
-P_ROW_OFFS = tuple(P_TPR >> (i + 1) for i in range(P_TPR.bit_length() - 1))     # TPR/2, ..., 1
-P_GROUP_OFFS = tuple(P_TPR << i for i in range(P_RG.bit_length() - 1))          # TPR, ..., 16
 # 16-byte vectors staged per tile besides the state: qkv (3 x 128 bf16), conv_state (3 x 128 x 3 bf16),
 # conv_weight (3 x 128 x 4 bf16), f and g_out (128 bf16 each), dt_bias (128 fp32)
 P_V_QKV, P_V_CS, P_V_CW, P_V_F, P_V_G, P_V_DT = 48, 144, 192, 16, 16, 32
 P_SMALL_VECS = P_V_QKV + P_V_CS + P_V_CW + P_V_F + P_V_G + P_V_DT
-assert P_RPT * P_ROWS_PER_PASS == D and 32 % P_TPR == 0 and P_RPT >= 1 and P_STAGES >= 2
-
-
-@cute.jit
-def p_row_sum(x: Float32) -> Float32:
-    """Sum over the P_TPR lanes of a row (xor offsets TPR/2, ..., 1 stay inside the row's lanes)."""
-    for i in cutlass.range_constexpr(len(P_ROW_OFFS)):
-        x = x + cute.arch.shuffle_sync_bfly(x, offset=P_ROW_OFFS[i])
-    return x
-
-
-@cute.jit
-def p_group_sum(x: Float32) -> Float32:
-    """Sum over the P_RG row groups of a warp (xor offsets TPR, ..., 16)."""
-    for i in cutlass.range_constexpr(len(P_GROUP_OFFS)):
-        x = x + cute.arch.shuffle_sync_bfly(x, offset=P_GROUP_OFFS[i])
-    return x
 
 
 class KdaPersist:
     """Grid (CTAS,): CTA c runs tiles t = c, c + CTAS, ... of the B * h (token, head) tiles
     (t = b * h + head). Tile t's state (D x D) and its small inputs are staged in shared memory by
-    cp.async P_STAGES - 1 tiles ahead, so the HBM stream of later tiles overlaps this tile's
+    cp.async self.stages - 1 tiles ahead, so the HBM stream of later tiles overlaps this tile's
     dependent chain (conv, norms, delta rule, RMSNorm)."""
 
-    def __init__(self, state_dtype: type[cutlass.Numeric], heads: int):
+    def __init__(self, state_dtype: type[cutlass.Numeric], heads: int, stages: int, tpr: int, warps: int,
+                 ctas_per_sm: int):
+        """stages: tiles in flight per CTA (the current one and stages - 1 prefetched); tpr: lanes per
+        state row; ctas_per_sm: at most, fewer where shared memory or threads do not fit them."""
         self.sdt = state_dtype
         self.h = heads
+        self.stages = stages
+        self.tpr = tpr                                          # lane k_lane owns keys [k_lane*kpl, +kpl)
+        self.warps = warps
+        self.threads = warps * 32
+        self.kpl = D // tpr
+        self.rg = 32 // tpr                                     # row groups per warp
+        self.rows_per_pass = warps * self.rg
+        self.rpt = D // self.rows_per_pass                      # rows per thread
+        self.nslot_iters = (3 * D + self.threads - 1) // self.threads
+        self.row_offs = tuple(tpr >> (i + 1) for i in range(tpr.bit_length() - 1))        # tpr/2, ..., 1
+        self.group_offs = tuple(tpr << i for i in range(self.rg.bit_length() - 1))        # tpr, ..., 16
+        assert self.rpt * self.rows_per_pass == D and 32 % tpr == 0 and self.rpt >= 1 and stages >= 2
         self.svec = 16 // (state_dtype.width // 8)              # state elements per 16-byte vector
-        smem_bytes = P_STAGES * (D * D * state_dtype.width // 8 + 16 * P_SMALL_VECS) + 4 * (4 * D + P_WARPS) + 512
-        self.per_sm = max(1, min(P_CTAS_PER_SM, P_SMEM_PER_SM // (smem_bytes + 1024), 2048 // P_THREADS))
+        smem_bytes = self.stages * (D * D * state_dtype.width // 8 + 16 * P_SMALL_VECS) + 4 * (4 * D + self.warps) + 512
+        self.per_sm = max(1, min(ctas_per_sm, P_SMEM_PER_SM // (smem_bytes + 1024), 2048 // self.threads))
         self.ctas = P_SMS * self.per_sm
+
+    @cute.jit
+    def row_sum(self, x: Float32) -> Float32:
+        """Sum over the tpr lanes of a row (xor offsets tpr/2, ..., 1 stay inside the row's lanes)."""
+        for i in cutlass.range_constexpr(len(self.row_offs)):
+            x = x + cute.arch.shuffle_sync_bfly(x, offset=self.row_offs[i])
+        return x
+
+    @cute.jit
+    def group_sum(self, x: Float32) -> Float32:
+        """Sum over the rg row groups of a warp (xor offsets tpr, ..., 16)."""
+        for i in cutlass.range_constexpr(len(self.group_offs)):
+            x = x + cute.arch.shuffle_sync_bfly(x, offset=self.group_offs[i])
+        return x
 
     @cute.jit
     def __call__(self, mQKV: cute.Tensor, mCS: cute.Tensor, mCW: cute.Tensor, mF: cute.Tensor, mB: cute.Tensor,
@@ -105,11 +109,11 @@ class KdaPersist:
             # launch bounds: ptxas keeps registers at or below 65536 / (THREADS * per_sm); the carveout
             # (percent of the unified L1 / shared memory) is given so compiling needs no device query
             self.kernel(mQKV, mCS, mCW, mF, mB, mG, mA, mDt, mWn, mS, mO).launch(
-                grid=[self.ctas, 1, 1], block=[P_THREADS, 1, 1], stream=stream, max_number_threads=[P_THREADS, 1, 1],
+                grid=[self.ctas, 1, 1], block=[self.threads, 1, 1], stream=stream, max_number_threads=[self.threads, 1, 1],
                 min_blocks_per_mp=self.per_sm, preferred_smem_carveout=100)
         else:
             self.kernel(mQKV, mCS, mCW, mF, mB, mG, mA, mDt, mWn, mS, mO).launch(
-                grid=[self.ctas, 1, 1], block=[P_THREADS, 1, 1], stream=stream)
+                grid=[self.ctas, 1, 1], block=[self.threads, 1, 1], stream=stream)
 
     @cute.jit
     def prefetch(self, t: Int32, stg: Int32, tidx: Int32, mQKV: cute.Tensor, mCSf: cute.Tensor, mCWf: cute.Tensor,
@@ -120,14 +124,14 @@ class KdaPersist:
         bi = t // self.h
         hd = t - bi * self.h
         hv = self.h * (D // 8)                                  # 16-byte bf16 vectors per segment of qkv
-        for it in cutlass.range_constexpr(D * D // self.svec // P_THREADS):
-            i = it * P_THREADS + tidx
+        for it in cutlass.range_constexpr(D * D // self.svec // self.threads):
+            i = it * self.threads + tidx
             row = i // (D // self.svec)
             cv = i - row * (D // self.svec)
             cute.copy(g2s_state, cute.local_tile(mS[bi, hd, row, None], (self.svec,), (cv,)),
                       cute.local_tile(sS[stg, row, None], (self.svec,), (cv,)))
-        for it in cutlass.range_constexpr((P_SMALL_VECS + P_THREADS - 1) // P_THREADS):
-            i = it * P_THREADS + tidx
+        for it in cutlass.range_constexpr((P_SMALL_VECS + self.threads - 1) // self.threads):
+            i = it * self.threads + tidx
             dst = cute.local_tile(sSmall[stg, None], (8,), (i,))
             if i < P_V_QKV:                                     # q | k | v of this head
                 seg = i // 16
@@ -158,8 +162,8 @@ class KdaPersist:
         cta, _, _ = cute.arch.block_idx()
         lane = cute.arch.lane_idx()
         warp = cute.arch.warp_idx()
-        k_lane = lane % P_TPR
-        grp = lane // P_TPR
+        k_lane = lane % self.tpr
+        grp = lane // self.tpr
         hdim = self.h * D
         n_tiles = mQKV.shape[0] * self.h
         # conv_state [B, C, 3] and conv_weight [C, 4] as rows of C * taps contiguous values
@@ -168,13 +172,13 @@ class KdaPersist:
         mCWf = cute.make_tensor(mCW.iterator, cute.make_layout((3 * hdim * (CONV_T + 1),)))
 
         smem = cutlass.memory.SmemAllocator()
-        sS = smem.allocate_tensor(self.sdt, cute.make_layout((P_STAGES, D, D), stride=(D * D, D, 1)), byte_alignment=128)
-        sSmall = smem.allocate_tensor(BFloat16, cute.make_layout((P_STAGES, 8 * (P_SMALL_VECS - P_V_DT)),
+        sS = smem.allocate_tensor(self.sdt, cute.make_layout((self.stages, D, D), stride=(D * D, D, 1)), byte_alignment=128)
+        sSmall = smem.allocate_tensor(BFloat16, cute.make_layout((self.stages, 8 * (P_SMALL_VECS - P_V_DT)),
                                                                  stride=(8 * (P_SMALL_VECS - P_V_DT), 1)), byte_alignment=16)
-        sDt = smem.allocate_tensor(Float32, cute.make_layout((P_STAGES, D), stride=(D, 1)), byte_alignment=16)
+        sDt = smem.allocate_tensor(Float32, cute.make_layout((self.stages, D), stride=(D, 1)), byte_alignment=16)
         ybuf = smem.allocate_tensor(Float32, cute.make_layout((3 * D,)), byte_alignment=16)
         dec = smem.allocate_tensor(Float32, cute.make_layout((D,)), byte_alignment=16)
-        red = smem.allocate_tensor(Float32, cute.make_layout((P_WARPS,)), byte_alignment=16)
+        red = smem.allocate_tensor(Float32, cute.make_layout((self.warps,)), byte_alignment=16)
         g2s_bf = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(), BFloat16, num_bits_per_copy=128)
         g2s_f32 = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(), Float32, num_bits_per_copy=128)
         g2s_state = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.cpasync.LoadCacheMode.GLOBAL),
@@ -186,40 +190,40 @@ class KdaPersist:
         o_g = o_f + 8 * P_V_F
 
         # the norm weight of this thread's rows, once
-        wn = [Float32(0.0) for _ in range(P_RPT)]
-        for j in cutlass.range_constexpr(P_RPT):
-            wn[j] = mWn[j * P_ROWS_PER_PASS + warp * P_RG + grp].to(Float32)
+        wn = [Float32(0.0) for _ in range(self.rpt)]
+        for j in cutlass.range_constexpr(self.rpt):
+            wn[j] = mWn[j * self.rows_per_pass + warp * self.rg + grp].to(Float32)
 
         # ---- fill the pipeline: tiles 0 .. STAGES-2 of this CTA -------------------------------------
-        for p in cutlass.range_constexpr(P_STAGES - 1):
+        for p in cutlass.range_constexpr(self.stages - 1):
             t = cta + p * self.ctas
             if t < n_tiles:
                 self.prefetch(t, Int32(p), tidx, mQKV, mCSf, mCWf, mF, mG, mDt, mS, sS, sSmall, sDt,
                               g2s_bf, g2s_f32, g2s_state)
             cute.arch.cp_async_commit_group()
 
-        vl = cute.make_layout((P_KPL,), stride=(1,))
+        vl = cute.make_layout((self.kpl,), stride=(1,))
         n_mine = (n_tiles - cta + self.ctas - 1) // self.ctas
         for it in cutlass.range(n_mine, unroll=1):
             t = cta + it * self.ctas
             bi = t // self.h
             hd = t - bi * self.h
-            stg = it % P_STAGES
+            stg = it % self.stages
             # scalars of this tile, issued before the wait so their latency hides behind it
             beta = sigmoid(mB[bi, hd].to(Float32))
             rate = cute.math.exp2(mA[hd] * LOG2E, fastmath=True)
             # tile it + STAGES - 1 goes to the stage tile it - 1 used (every thread left it: the RMSNorm barrier)
-            tn = t + (P_STAGES - 1) * self.ctas
+            tn = t + (self.stages - 1) * self.ctas
             if tn < n_tiles:
-                self.prefetch(tn, (it + P_STAGES - 1) % P_STAGES, tidx, mQKV, mCSf, mCWf, mF, mG, mDt, mS, sS,
+                self.prefetch(tn, (it + self.stages - 1) % self.stages, tidx, mQKV, mCSf, mCWf, mF, mG, mDt, mS, sS,
                               sSmall, sDt, g2s_bf, g2s_f32, g2s_state)
             cute.arch.cp_async_commit_group()
-            cute.arch.cp_async_wait_group(P_STAGES - 1)       # this thread's copies of tile it landed
+            cute.arch.cp_async_wait_group(self.stages - 1)       # this thread's copies of tile it landed
             cute.arch.barrier()                               # ... and every thread's
 
             # ---- conv + SiLU of the 384 channels; conv_state shifted in place; decays -------------
-            for sit in cutlass.range_constexpr(P_NSLOT_ITERS):
-                i = sit * P_THREADS + tidx
+            for sit in cutlass.range_constexpr(self.nslot_iters):
+                i = sit * self.threads + tidx
                 if i < 3 * D:
                     seg = i // D
                     ch = i - seg * D
@@ -239,9 +243,9 @@ class KdaPersist:
                     if seg == 1:
                         a = rate * (sSmall[stg, o_f + ch].to(Float32) + sDt[stg, ch])
                         dec[ch] = cute.math.exp2(GATE_LOWER * sigmoid(a) * LOG2E, fastmath=True)
-            gate = [Float32(0.0) for _ in range(P_RPT)]
-            for j in cutlass.range_constexpr(P_RPT):
-                gate[j] = wn[j] * sigmoid(sSmall[stg, o_g + j * P_ROWS_PER_PASS + warp * P_RG + grp].to(Float32))
+            gate = [Float32(0.0) for _ in range(self.rpt)]
+            for j in cutlass.range_constexpr(self.rpt):
+                gate[j] = wn[j] * sigmoid(sSmall[stg, o_g + j * self.rows_per_pass + warp * self.rg + grp].to(Float32))
             cute.arch.barrier()
 
             # ---- L2 norms: every warp re-reduces the 128 q and 128 k values (lane: 4 channels) -----
@@ -260,43 +264,43 @@ class KdaPersist:
             fq = cute.make_rmem_tensor(vl, Float32)
             fk = cute.make_rmem_tensor(vl, Float32)
             fd = cute.make_rmem_tensor(vl, Float32)
-            for c in cutlass.range_constexpr(P_KPL):
-                fq[c] = ybuf[k_lane * P_KPL + c] * rq
-                fk[c] = ybuf[D + k_lane * P_KPL + c] * rk
-                fd[c] = dec[k_lane * P_KPL + c]
+            for c in cutlass.range_constexpr(self.kpl):
+                fq[c] = ybuf[k_lane * self.kpl + c] * rq
+                fk[c] = ybuf[D + k_lane * self.kpl + c] * rk
+                fd[c] = dec[k_lane * self.kpl + c]
             qv = fq.load()
             kv = fk.load()
             dv = fd.load()
 
             # ---- delta rule per row (state row from shared memory), o from the fp32 S -------------
             ss = Float32(0.0)
-            ov = [Float32(0.0) for _ in range(P_RPT)]
-            for j in cutlass.range_constexpr(P_RPT):
-                row = j * P_ROWS_PER_PASS + warp * P_RG + grp
+            ov = [Float32(0.0) for _ in range(self.rpt)]
+            for j in cutlass.range_constexpr(self.rpt):
+                row = j * self.rows_per_pass + warp * self.rg + grp
                 rs = cute.make_rmem_tensor(vl, self.sdt)
-                cute.autovec_copy(cute.local_tile(sS[stg, row, None], (P_KPL,), (k_lane,)), rs)
+                cute.autovec_copy(cute.local_tile(sS[stg, row, None], (self.kpl,), (k_lane,)), rs)
                 s = rs.load().to(Float32) * dv
-                pred = p_row_sum((s * kv).reduce(cute.ReductionOp.ADD, init_val=Float32(0.0), reduction_profile=0))
+                pred = self.row_sum((s * kv).reduce(cute.ReductionOp.ADD, init_val=Float32(0.0), reduction_profile=0))
                 u = beta * (ybuf[2 * D + row].to(Float32) - pred)
                 s = s + kv * u
-                o = p_row_sum((s * qv).reduce(cute.ReductionOp.ADD, init_val=Float32(0.0), reduction_profile=0))
+                o = self.row_sum((s * qv).reduce(cute.ReductionOp.ADD, init_val=Float32(0.0), reduction_profile=0))
                 rs.store(s.to(self.sdt))
-                cute.autovec_copy(rs, cute.local_tile(mS[bi, hd, row, None], (P_KPL,), (k_lane,)))
+                cute.autovec_copy(rs, cute.local_tile(mS[bi, hd, row, None], (self.kpl,), (k_lane,)))
                 ov[j] = o
                 ss = ss + o * o
 
             # ---- gated RMSNorm over the head's 128 rows ------------------------------------------
-            ss = p_group_sum(ss)
+            ss = self.group_sum(ss)
             if lane == 0:
                 red[warp] = ss
             cute.arch.barrier()                               # also: every thread is done with stage stg
             tot = Float32(0.0)
-            for w in cutlass.range_constexpr(P_WARPS):
+            for w in cutlass.range_constexpr(self.warps):
                 tot = tot + red[w]
             rstd = cute.math.rsqrt(tot * (1.0 / D) + RMS_EPS, fastmath=True)
-            for j in cutlass.range_constexpr(P_RPT):
-                row = j * P_ROWS_PER_PASS + warp * P_RG + grp
-                if k_lane == j % P_TPR:                       # spread the stores over the row's lanes
+            for j in cutlass.range_constexpr(self.rpt):
+                row = j * self.rows_per_pass + warp * self.rg + grp
+                if k_lane == j % self.tpr:                       # spread the stores over the row's lanes
                     mO[bi, hd * D + row] = (ov[j] * rstd * gate[j]).to(BFloat16)
         cute.arch.cp_async_wait_group(0)                      # no copy outlives the CTA (tail prefetches are empty)
 
@@ -322,7 +326,7 @@ def compile(tp: int, options: str, **static):
     """Static key: state_dtype ("fp32" default, "bf16"); h = 96 / tp local heads; batch symbolic."""
     sdt = STATE_DTYPES[static.get("state_dtype", "fp32")]
     h = N_HEADS // tp
-    return cute.compile(KdaPersist(sdt, h), *kda_fake_args(h, sdt), options=options)
+    return cute.compile(KdaPersist(sdt, h, STAGES, TPR, WARPS, CTAS_PER_SM), *kda_fake_args(h, sdt), options=options)
 
 
 def launch(compiled, qkv, conv_state, conv_weight, f, b, g_out, A_log, dt_bias, w_norm, state, o) -> None:
