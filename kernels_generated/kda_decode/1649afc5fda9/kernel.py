@@ -1,18 +1,19 @@
 """kda_decode candidate (family `persisthybrid`): two kernels behind one callable (ByBatch), the
-plan chosen per state dtype (at compile time) and per batch B (at each call): B <= the dtype's
-b_switch runs the `fused` kernel (one CTA per (token, head), state in
-registers), larger B the `persist` kernel (persistent CTAs stream the state through shared memory,
+plan chosen per state dtype (at compile time) and per call by the tile count B * h (h local heads):
+fused_lo < B * h <= fused_hi (the dtype's window) runs the `fused` kernel (one CTA per (token, head), state in
+registers), any other B the `persist` kernel (persistent CTAs stream the state through shared memory,
 stages - 1 tiles ahead of the math). UNVERIFIED on a GPU (compiled for sm_90a / sm_103a on a CPU
 only; correctness and timing not yet run).
 
 Rendered from prompts/kernels/kda_decode/persisthybrid.py.j2 with v_split=1 threads_per_row=16
 warps=8 pdl=False large_tpr=16
-fp32: b_switch=0 stages=2 warps=16 ctas_per_sm=1
-bf16: b_switch=16 stages=2 warps=8 ctas_per_sm=2
+fp32: fused_lo=12 fused_hi=48 stages=2 warps=16 ctas_per_sm=1
+bf16: fused_lo=0 fused_hi=192 stages=2 warps=8 ctas_per_sm=2
 Why: on the H200 (results/h200/session9) the persistent kernel beats the fused one at large B, where
 the fused kernel's one CTA per SM (141 registers) idles HBM during each tile's dependent chain, and
 its best shape differs by state dtype (fp32: 16 warps, one CTA per SM; bf16: 8 warps, two per SM);
-at small B the fused kernel's short path is as fast or faster. The math and the per-row reduction
+at some small tile counts the fused kernel's short path is faster. The window is in tiles, not B:
+TP16 at 2B has the tiles of TP8 at B and measured alike. The math and the per-row reduction
 orders are the fused family's (persist mirrors fused with V_SPLIT = 1).
 Per token b and local head hd (D = 128, HD = h*D, channel of segment s (q|k|v) = s*HD + hd*D + ch):
     y = silu(sum_t window[t] * w_conv[t]), window = [conv_state[:, 0..2], qkv]; conv_state <- window[1:]
@@ -513,31 +514,37 @@ def kda_fake_args(h: int, sdt: type[cutlass.Numeric]) -> tuple:
 
 
 
-class LargePlan:
-    """The persistent kernel's plan for one state dtype, used at B > b_switch (0: at every B)."""
+class Plan:
+    """One state dtype's plan: the fused kernel where fused_lo < B * h <= fused_hi, else the
+    persistent kernel with this shape."""
 
-    def __init__(self, b_switch: int, stages: int, warps: int, ctas_per_sm: int):
-        self.b_switch, self.stages, self.warps, self.ctas_per_sm = b_switch, stages, warps, ctas_per_sm
+    def __init__(self, fused_lo: int, fused_hi: int, stages: int, warps: int, ctas_per_sm: int):
+        self.fused_lo, self.fused_hi = fused_lo, fused_hi
+        self.stages, self.warps, self.ctas_per_sm = stages, warps, ctas_per_sm
 
 
 LARGE_TPR = 16
-PLANS = {"fp32": LargePlan(0, 2, 16, 1),
-         "bf16": LargePlan(16, 2, 8, 2)}
+PLANS = {"fp32": Plan(12, 48, 2, 16, 1),
+         "bf16": Plan(0, 192, 2, 8, 2)}
 STATE_DTYPES = {"fp32": Float32, "bf16": BFloat16}
 
 
 class ByBatch:
-    """Both compiled kernels behind one callable: B <= b_switch runs `small` (fused), larger B
-    `large` (persistent). The choice is made on the host from qkv.shape[0], so a CUDA graph
+    """Both compiled kernels behind one callable: `small` (fused) where fused_lo < B * h <= fused_hi,
+    else `large` (persistent). The choice is made on the host from qkv.shape[0], so a CUDA graph
     captures one of them."""
 
-    def __init__(self, b_switch: int, small, large):
-        self.b_switch = b_switch
+    def __init__(self, plan: Plan, heads: int, small, large):
+        self.plan = plan
+        self.h = heads
         self.small = small
         self.large = large
 
+    def uses_fused(self, batch: int) -> bool:
+        return self.plan.fused_lo < batch * self.h <= self.plan.fused_hi
+
     def __call__(self, qkv, *rest) -> None:
-        (self.small if qkv.shape[0] <= self.b_switch else self.large)(qkv, *rest)
+        (self.small if self.uses_fused(qkv.shape[0]) else self.large)(qkv, *rest)
 
 
 def compile(tp: int, options: str, **static):
@@ -547,8 +554,8 @@ def compile(tp: int, options: str, **static):
     h = N_HEADS // tp
     args = kda_fake_args(h, sdt)
     large = cute.compile(KdaPersist(sdt, h, plan.stages, LARGE_TPR, plan.warps, plan.ctas_per_sm), *args, options=options)
-    small = cute.compile(KdaDecode(sdt, h), *args, options=options) if plan.b_switch > 0 else None
-    return ByBatch(plan.b_switch, small, large)
+    small = cute.compile(KdaDecode(sdt, h), *args, options=options) if plan.fused_hi > plan.fused_lo else None
+    return ByBatch(plan, h, small, large)
 
 
 def launch(compiled, qkv, conv_state, conv_weight, f, b, g_out, A_log, dt_bias, w_norm, state, o) -> None:
