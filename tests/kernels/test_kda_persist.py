@@ -43,6 +43,8 @@ def _persist_shapes() -> list[tuple[int, int]]:
     for cid in family_candidates("kda_decode", "persisthybrid"):
         m = _module(cid)
         shapes |= {(m.LARGE_TPR, plan.warps) for plan in m.PLANS.values()}
+    for cid in family_candidates("kda_decode", "persistmix"):
+        shapes |= {(plan.tpr, plan.warps) for plan in _module(cid).PLANS.values()}
     return sorted(shapes)
 
 
@@ -138,3 +140,32 @@ def test_persist_ptx(cid, state_dtype, tmp_path):
         assert bounds and int(bounds.group(1)) == k.per_sm
     else:
         assert bounds is None
+
+
+@pytest.mark.parametrize("cid", family_candidates("kda_decode", "persistmix"))
+def test_persistmix_windows_are_in_tiles(cid):
+    m = _module(cid)
+    for name, plan in m.PLANS.items():
+        b8, b16 = m.ByTiles(plan, 12, "s", "m", "p"), m.ByTiles(plan, 6, "s", "m", "p")
+        for bsz in (1, 2, 4, 8, 16, 32):
+            assert b8.which(bsz) == b16.which(2 * bsz), (name, bsz)
+            tiles = 12 * bsz
+            want = ("small" if tiles <= plan.small_hi else "mid" if plan.mid_lo < tiles <= plan.mid_hi else "persist")
+            assert b8.which(bsz) == want
+        calls = []
+        b = m.ByTiles(plan, 12, *(lambda *a, k=k: calls.append(k) for k in ("small", "mid", "persist")))
+        b(torch.zeros(3, 1))
+        assert calls == [b.which(3)]
+
+
+@pytest.mark.parametrize("cid", family_candidates("kda_decode", "persistmix"))
+@pytest.mark.parametrize("state_dtype", ["fp32", "bf16"])
+def test_persistmix_compiles_the_plans_it_uses(cid, state_dtype, tmp_path):
+    """One PTX entry per plan with a non-empty window: the small and mid fused kernels, the persistent one."""
+    m = _module(cid)
+    plan = m.PLANS[state_dtype]
+    ptx = compiled_ptx(ROOT / "kernels_generated/kda_decode" / cid / "kernel.py", tmp_path, state_dtype=state_dtype)
+    names = [e.split("(", 1)[0] for e in ptx.split(".entry ")[1:]]
+    assert sum("KdaPersist" in n for n in names) == 1
+    assert sum("MID_KdaDecode" in n for n in names) == int(plan.mid_hi > plan.mid_lo)
+    assert sum("KdaDecode" in n and "MID_" not in n for n in names) == int(plan.small_hi > 0)
