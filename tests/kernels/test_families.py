@@ -78,3 +78,18 @@ def test_point_scope_only_narrows():
     for bad in ({"batch": [1, 128]}, {"shapes": ["a", "z"]}, {"tp": []}, {"dtypes": ["bf16"]}):
         with pytest.raises(ValueError):
             render_human.point_scope(fam, {"op": "x", "label": "t", "scope": bad})
+
+
+MAX_SPACE = 100_000                   # about 7 s of configs() (attn_res gramhybrid: 73,728 in 5 s)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_every_space_is_small_enough_to_enumerate(op):
+    """Family.configs() walks the whole product of a space's value lists (the agent's search and
+    these tests call it): a hybrid family with two plans of many knobs each once made it run for
+    hours. A space's product stays under MAX_SPACE."""
+    import math
+
+    for fam in load_families(op, ROOT / "prompts"):
+        size = math.prod(len(v) for v in fam.params.values())
+        assert size <= MAX_SPACE, (fam.name, size)
