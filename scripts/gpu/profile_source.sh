@@ -23,7 +23,7 @@ for mode in cold warm; do
   "$ncu" --target-processes all -k "regex:$regex" --launch-skip 1 --launch-count 1 \
     --cache-control "$cache" --clock-control none \
     --section SpeedOfLight --section WarpStateStats --section SourceCounters --section LaunchStats \
-    --metrics smsp__pcsamp_sample_count --sampling-interval "${SAMPLING:-0}" \
+    --warp-sampling-interval "${SAMPLING:-0}" \
     -f -o "$out/${tag}_$mode" python3 scripts/gpu/run_once.py "$op" "$id" --calls 2 "$@"
   "$ncu" -i "$out/${tag}_$mode.ncu-rep" --page details > "$out/${tag}_$mode.txt" 2>&1 || true
   "$ncu" -i "$out/${tag}_$mode.ncu-rep" --page source --print-source sass --csv \
