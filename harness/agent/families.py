@@ -55,7 +55,14 @@ class Family:
         env = _env(self.template_path.parent)
         return [env.compile_expression(c, undefined_to_none=False) for c in self.constraints]
 
+    def complete(self, params: Params) -> Params:
+        """`params` with every knob it lacks taken from the space's default: a knob added to a
+        family later (its default renders the code as before) leaves the points recorded before it
+        (human candidates, agent history) valid and rendering byte-identically."""
+        return {**{k: v for k, v in self.default.items() if k not in params}, **params}
+
     def feasible(self, params: Params) -> bool:
+        params = self.complete(params)
         if set(params) != set(self.params) or any(params[k] not in v for k, v in self.params.items()):
             return False
         try:
@@ -75,6 +82,7 @@ class Family:
 
     def neighbours(self, params: Params) -> list[Params]:
         """Feasible configurations one step away along one parameter's ordered list."""
+        params = self.complete(params)
         out = []
         for name, values in self.params.items():
             i = values.index(params[name])
@@ -94,6 +102,7 @@ class Family:
     def render(self, params: Params) -> str:
         if not self.feasible(params):
             raise ValueError(f"{self.name}: {params} is not in the declared space")
+        params = self.complete(params)
         tpl = _env(self.template_path.parent).from_string(self.template_path.read_text())
         return tpl.render(**params, params=dict(params), family=self.name, op=self.op)
 

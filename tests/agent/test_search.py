@@ -82,6 +82,19 @@ def test_render_is_strict(tmp_path):
         fam.render({"threads": 3, "vec": 4, "split_k": 2, "unroll": 1})
 
 
+def test_a_knob_missing_from_a_point_takes_the_default(tmp_path):
+    """A knob added to a family later: points recorded before it still render, as its default."""
+    fam = _family(tmp_path)
+    old_point = {"threads": 64, "vec": 4, "split_k": 2}            # recorded before `unroll` existed
+    assert fam.feasible(old_point)
+    assert fam.render(old_point) == fam.render({**old_point, "unroll": 1})
+    assert all("unroll" in q for q in fam.neighbours(old_point))
+    fam2 = Family(fam.op, fam.name, fam.template_path, fam.params, default={})
+    assert not fam2.feasible(old_point)                            # no default: the point is incomplete
+    with pytest.raises(ValueError):
+        fam2.render(old_point)
+
+
 def test_compile_proxy_orders_spills_then_registers():
     no_spill_many_regs = compile_proxy([200, 180], [0, 0], [4, 4])
     spill_few_regs = compile_proxy([64, 64], [16, 0], [4, 4])
