@@ -29,12 +29,15 @@ print(json.dumps({"ptx": "\n".join(p.read_text() for p in pathlib.Path(os.enviro
 
 def compiled_ptx(kernel_path: Path, dump_dir: Path, **static) -> str:
     """The PTX of a candidate's kernel.py compiled for sm_90a at TP8 (with the static key given,
-    e.g. shape="nb8"), in a child process (CUTE_DSL_KEEP dumps into dump_dir)."""
+    e.g. shape="nb8"), in a child process (CUTE_DSL_KEEP dumps into a fresh folder under dump_dir:
+    the probe returns every .ptx it finds there, so a reused folder would mix in earlier kernels)."""
     import json
     import os
     import subprocess
     import sys
+    import tempfile
 
+    dump_dir = Path(tempfile.mkdtemp(prefix="ptx_", dir=dump_dir))
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(dump_dir))
     out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(kernel_path), json.dumps(static)],
                          capture_output=True, text=True, env=env, timeout=600, cwd=dump_dir)
