@@ -59,7 +59,10 @@ class Family:
         """`params` with every knob it lacks taken from the space's default: a knob added to a
         family later (its default renders the code as before) leaves the points recorded before it
         (human candidates, agent history) valid and rendering byte-identically."""
-        return {**{k: v for k, v in self.default.items() if k not in params}, **params}
+        missing = self.default.keys() - params.keys()
+        if not missing:                      # the common case (configs() builds full points): no copy
+            return params
+        return {**{k: self.default[k] for k in missing}, **params}
 
     def feasible(self, params: Params) -> bool:
         params = self.complete(params)
