@@ -167,15 +167,21 @@ def _check_emulation(cid: str, m: _Plan) -> None:
 
 @pytest.mark.parametrize("cid", _candidates("clusterpush", "pushhybrid"))
 def test_push_compiles_to_one_barrier_and_no_peer_loads(cid, tmp_path):
-    """Each plan: CS > 1 one cluster barrier and CS pushes; CS = 1 one CTA barrier (summed over
-    the plans a module compiles)."""
+    """Each plan: CS > 1 one cluster barrier and CS pushes (with ASYNC_PUSH: one relaxed arrive and
+    its wait, one st.async per warp, pushed by CS lanes at once); CS = 1 one CTA barrier (summed
+    over the plans a module compiles)."""
     ptx = compiled_ptx(ROOT / "kernels_generated/add_rmsnorm" / cid / "kernel.py", tmp_path)
     out = sync_counts(ptx)
     plans = _plans(_module(cid))
     clustered = [p for p in plans if p.CS > 1]
     assert (out["arrive"], out["wait"], out["ld_cluster"]) == (len(clustered), len(clustered), 0), out
     assert out["bar_sync"] == len(plans) - len(clustered), out
-    assert out["st_cluster"] == sum(p.CS for p in clustered), out
+    if getattr(_module(cid), "ASYNC_PUSH", False):
+        assert len(re.findall(r"barrier\.cluster\.arrive\.relaxed", ptx)) == len(clustered), out
+        assert len(re.findall(r"st\.async\.shared::cluster", ptx)) == len(clustered), out
+        assert out["st_cluster"] == 0, out
+    else:
+        assert out["st_cluster"] == sum(p.CS for p in clustered), out
     if _family(cid) == "pushhybrid":                                     # x and residual: 2 NV loads a plan
         evict_first = len(re.findall(r"ld\.global\.L1::evict_first", ptx))
         assert evict_first == (sum(2 * p.NV for p in plans) if _module(cid).EVICT_FIRST else 0), evict_first
