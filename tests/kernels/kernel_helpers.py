@@ -18,6 +18,14 @@ def family_candidates(op: str, *families: str) -> list[str]:
             if (json.loads(m.read_text())["provenance"].get("template") or {}).get("family") in families]
 
 
+def template_params(op: str, cid: str) -> dict:
+    """The family params a committed candidate was rendered from (its provenance)."""
+    import json
+
+    meta = json.loads((ROOT / "kernels_generated" / op / cid / "candidate.json").read_text())
+    return meta["provenance"]["template"]["params"]
+
+
 _PTX_PROBE = r"""
 import os, sys, importlib.util, pathlib, json
 spec = importlib.util.spec_from_file_location("k", sys.argv[1]); m = importlib.util.module_from_spec(spec)

@@ -13,25 +13,28 @@ compiled on the CPU.
 """
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
-from kernel_helpers import ROOT, compiled_ptx, family_candidates
+from kernel_helpers import ROOT, compiled_ptx, family_candidates, template_params
 
 ADD_RMSNORM_SYNC = "61c9e83c97e4"        # pushhybrid promoted in session 8: st.shared::cluster + cluster barrier
 ATTN_RES_SYNC = "876aac5846f7"           # gramhybrid promoted in session 8, likewise
 KDA_SHARED_SMALL = "10b2b2eb35e9"        # persistmix promoted in session 10: one small plan for both dtypes
 
 
-def _params(op: str, cid: str) -> dict:
-    meta = json.loads((ROOT / "kernels_generated" / op / cid / "candidate.json").read_text())
-    return meta["provenance"]["template"]["params"]
+_params = template_params
 
 
 def _with(op: str, family: str, knob: str) -> list[str]:
     return [c for c in family_candidates(op, family) if _params(op, c).get(knob)]
+
+
+def _own_fp32_small() -> list[str]:
+    """persistmix points whose fp32 small plan has its own shape (an F32_ kernel)."""
+    return [c for c in family_candidates("kda_decode", "persistmix")
+            if _params("kda_decode", c).get("fp32_small_tpr", 8) != _params("kda_decode", c)["threads_per_row"]]
 
 
 def _entries(op: str, cid: str, tmp_path, **static) -> dict[str, str]:
@@ -54,8 +57,7 @@ def _cluster_entries(entries: dict[str, str], marker: str) -> list[str]:
 
 def test_the_knobs_have_committed_points():
     assert _with("add_rmsnorm", "pushhybrid", "async_push") and _with("attn_res", "gramhybrid", "async_push")
-    assert [c for c in family_candidates("kda_decode", "persistmix")
-            if _params("kda_decode", c).get("fp32_small_tpr", 8) != _params("kda_decode", c)["threads_per_row"]]
+    assert _own_fp32_small()
 
 
 @pytest.mark.parametrize("cid", _with("add_rmsnorm", "pushhybrid", "async_push"))
@@ -90,9 +92,7 @@ def _threads(body: str) -> int:
     return int(re.search(r"\.reqntid (\d+)", body).group(1))
 
 
-@pytest.mark.parametrize("cid", [c for c in family_candidates("kda_decode", "persistmix")
-                                 if _params("kda_decode", c).get("fp32_small_tpr", 8)
-                                 != _params("kda_decode", c)["threads_per_row"]])
+@pytest.mark.parametrize("cid", _own_fp32_small())
 def test_kda_fp32_small_plan_has_its_own_shape(cid, tmp_path):
     p = _params("kda_decode", cid)
     fp32 = _entries("kda_decode", cid, tmp_path, state_dtype="fp32")

@@ -13,20 +13,18 @@ Each check is also run on a committed point without the knob, and must fail ther
 """
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
 
-from kernel_helpers import ROOT, compiled_ptx, family_candidates
+from kernel_helpers import ROOT, compiled_ptx, family_candidates, template_params
 
 NOT_HOISTED = "810ce54cc9d4"              # fused v4 t8 w4, neither knob
 PERSIST_NOT_HOISTED = "72d7b887d7e9"      # persistmix promoted in session 9, before the knob
 
 
 def _params(cid: str) -> dict:
-    meta = json.loads((ROOT / "kernels_generated/kda_decode" / cid / "candidate.json").read_text())
-    return meta["provenance"]["template"]["params"]
+    return template_params("kda_decode", cid)
 
 
 def _with(knob: str) -> list[str]:
