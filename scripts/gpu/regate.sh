@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Re-gate many candidates of any ops within one device session: what a change to hashed gate
+# code calls for (every evidence record carries the gate code's hash, so such a change makes the
+# evidence of every promoted kernel stale; `harness ci verify` then fails until they are re-gated).
+# gate.sh, one candidate after another, takes ~5-6 min each: six promoted kernels are ~32 min,
+# more than a session's 30 min of device time. This runs the gates in two phases:
+#
+#   PHASE=checks  every gate but perf_sweep, REGATE_JOBS candidates at once (default 8), each in
+#                 its own git worktree (gate.sh gates a committed candidate on a branch gate/<id>
+#                 and checks it out; worktrees keep those checkouts apart). The model gate's
+#                 lockstep runs are CPU-bound (~45 ms a decode step, the GPU mostly idle; a
+#                 verdict never depends on time), so they share the GPU and the 16 cores.
+#   PHASE=perf    perf_sweep alone, one candidate at a time: timing needs the GPU to itself.
+#
+# `harness promote` and `harness ci verify` take each gate's latest valid record, so the two
+# phases' records together are a complete gate run (gate.sh's GATE_ONLY, its documented split).
+#
+#   here:    commit everything; `bash scripts/gpu/prepare-whl` once
+#   device:  call 1, carry [".whl"]:    mkdir -p /tmp/site && xz -dc .whl/site.tar.xz | tar xf - -C /tmp/site && touch /tmp/site/.ok
+#            call 2, carry [".device"]: source scripts/gpu/at_head.sh && export HARNESS_CACHE=/tmp/k3c &&
+#                                       PHASE=checks bash scripts/gpu/regate.sh OP/ID OP/ID ...
+#            call 3, carry [".device"]: ... PHASE=perf bash scripts/gpu/regate.sh OP/ID ...
+#            (each call within 30 s of the last, while the machine is warm: /tmp/site and the
+#            compile cache live there; a cold machine needs call 1 again)
+#   here:    mkdir -p /tmp/rg && tar xJf FILES_AT/regate_<phase>.tar.xz -C /tmp/rg &&
+#            python scripts/land_evidence.py /tmp/rg/<phase> [--promote]
+#
+# Writes $OUT/regate_<phase>.tar.xz (a device call returns at most 8 files): <phase>/<id>/ is
+# gate.sh's folder for the candidate (the compacted records, gate_report.json, assess.json) and
+# <phase>/logs/<id>.log its gate.log; $OUT/regate_<phase>.txt is the verdict summary.
+set -uo pipefail
+PHASE=${PHASE:?PHASE=checks or PHASE=perf}
+case "$PHASE" in
+  checks) ONLY=isolation,static,scope,numerics_unit,numerics_model; JOBS=${REGATE_JOBS:-8} ;;
+  perf)   ONLY=perf_sweep; JOBS=1 ;;
+  *) echo "regate.sh: PHASE must be checks or perf, not $PHASE" >&2; exit 2 ;;
+esac
+[ $# -gt 0 ] || { echo "usage: PHASE=checks|perf regate.sh OP/ID [OP/ID ...]" >&2; exit 2; }
+OUT=${OUT:-/tmp/regate_out}
+HEAD_DIR=$PWD                     # /tmp/head after at_head.sh: a git repo whose main is HEAD
+WORK=/tmp/rg/$PHASE
+rm -rf "$WORK" && mkdir -p "$WORK/logs" "$OUT"
+export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
+export GATE_TIMEOUT_S=${GATE_TIMEOUT_S:-540}
+
+one() {                            # one candidate: its own worktree, its own gate.sh output
+  local op=${1%%/*} cid=${1##*/} wt=/tmp/wt/$cid
+  rm -rf "$wt"; git -C "$HEAD_DIR" worktree prune
+  git -C "$HEAD_DIR" branch -qD "gate/$cid" 2>/dev/null
+  git -C "$HEAD_DIR" worktree add -q --detach "$wt" main || { echo "$cid: no worktree" >"$WORK/logs/$cid.log"; return 1; }
+  ln -s "$HEAD_DIR/.device" "$wt/.device"
+  [ -e "$HEAD_DIR/.whl" ] && ln -s "$HEAD_DIR/.whl" "$wt/.whl"
+  local t0=$(date +%s)
+  (cd "$wt" && unset PYTHONPATH && OMP_NUM_THREADS=2 OUT="/tmp/rg/out-$PHASE-$cid" GATE_ONLY=$ONLY \
+     bash scripts/gpu/gate.sh "$op" "$cid" >/dev/null 2>&1)
+  mkdir -p "$WORK/$cid"
+  cp -r "/tmp/rg/out-$PHASE-$cid/$cid/." "$WORK/$cid/" 2>/dev/null
+  cp "/tmp/rg/out-$PHASE-$cid/gate.log" "$WORK/logs/$cid.log" 2>/dev/null
+  echo "== $op/$cid: $PHASE took $(( $(date +%s) - t0 )) s" >>"$WORK/logs/$cid.log"
+}
+export -f one
+export PHASE ONLY WORK HEAD_DIR
+
+echo "== $(date -u +%FT%TZ) regate $PHASE, $JOBS at once: $*"
+printf '%s\n' "$@" | xargs -P "$JOBS" -I{} bash -c 'one "$@"' _ {}
+
+summary="$OUT/regate_$PHASE.txt"
+: >"$summary"
+for spec in "$@"; do
+  cid=${spec##*/}
+  echo "#### $spec" >>"$summary"
+  grep -E "^   (PASS|FAIL|ERROR|NOT_RUN)|^            |harness gate exit|took" "$WORK/logs/$cid.log" >>"$summary" 2>/dev/null \
+    || echo "   (no log)" >>"$summary"
+done
+tar cJf "$OUT/regate_$PHASE.tar.xz" -C /tmp/rg "$PHASE"
+cat "$summary"
