@@ -44,13 +44,15 @@ export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
 export GATE_TIMEOUT_S=${GATE_TIMEOUT_S:-540}
 
 one() {                            # one candidate: its own worktree, its own gate.sh output
-  local op=${1%%/*} cid=${1##*/} wt=/tmp/wt/$cid
+  local op=${1%%/*} cid=${1##*/}
+  local wt=/tmp/wt/$cid          # (its own line: `local` expands every word before assigning)
   rm -rf "$wt"; git -C "$HEAD_DIR" worktree prune
   git -C "$HEAD_DIR" branch -qD "gate/$cid" 2>/dev/null
   git -C "$HEAD_DIR" worktree add -q --detach "$wt" main || { echo "$cid: no worktree" >"$WORK/logs/$cid.log"; return 1; }
   ln -s "$HEAD_DIR/.device" "$wt/.device"
   [ -e "$HEAD_DIR/.whl" ] && ln -s "$HEAD_DIR/.whl" "$wt/.whl"
-  local t0=$(date +%s)
+  local t0
+  t0=$(date +%s)
   (cd "$wt" && unset PYTHONPATH && OMP_NUM_THREADS=2 OUT="/tmp/rg/out-$PHASE-$cid" GATE_ONLY=$ONLY \
      bash scripts/gpu/gate.sh "$op" "$cid" >/dev/null 2>&1)
   mkdir -p "$WORK/$cid"
