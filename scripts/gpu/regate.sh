@@ -49,8 +49,8 @@ one() {                            # one candidate: its own worktree, its own ga
   rm -rf "$wt"; git -C "$HEAD_DIR" worktree prune
   git -C "$HEAD_DIR" branch -qD "gate/$cid" 2>/dev/null
   git -C "$HEAD_DIR" worktree add -q --detach "$wt" main || { echo "$cid: no worktree" >"$WORK/logs/$cid.log"; return 1; }
-  ln -s "$HEAD_DIR/.device" "$wt/.device"
-  [ -e "$HEAD_DIR/.whl" ] && ln -s "$HEAD_DIR/.whl" "$wt/.whl"
+  [ -e "$wt/.device" ] || ln -s "$HEAD_DIR/.device" "$wt/.device"     # (the snapshot may track the link)
+  [ -e "$HEAD_DIR/.whl" ] && [ ! -e "$wt/.whl" ] && ln -s "$HEAD_DIR/.whl" "$wt/.whl"
   local t0
   t0=$(date +%s)
   (cd "$wt" && unset PYTHONPATH && OMP_NUM_THREADS=2 OUT="/tmp/rg/out-$PHASE-$cid" GATE_ONLY=$ONLY \
