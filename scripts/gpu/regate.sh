@@ -38,6 +38,13 @@ esac
 [ $# -gt 0 ] || { echo "usage: PHASE=checks|perf regate.sh OP/ID [OP/ID ...]" >&2; exit 2; }
 OUT=${OUT:-/tmp/regate_out}
 HEAD_DIR=$PWD                     # /tmp/head after at_head.sh: a git repo whose main is HEAD
+# The device copy's own .git may hold an older history: gating from it gates old gate code
+# (session 12 did, once, when at_head.sh ran in a background subshell). Refuse anything else.
+if [ "$(git -C "$HEAD_DIR" log -1 --format=%s main 2>/dev/null)" != "device snapshot of HEAD" ]; then
+  echo "regate.sh: $HEAD_DIR is not at_head.sh's snapshot; run \`source scripts/gpu/at_head.sh && ...\` first" >&2
+  exit 3
+fi
+printf '/.device\n/.whl\n' >>"$(git -C "$HEAD_DIR" rev-parse --git-common-dir)/info/exclude"
 WORK=/tmp/rg/$PHASE
 rm -rf "$WORK" && mkdir -p "$WORK/logs" "$OUT"
 export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
@@ -64,6 +71,7 @@ export -f one
 export PHASE ONLY WORK HEAD_DIR
 
 echo "== $(date -u +%FT%TZ) regate $PHASE, $JOBS at once: $*"
+echo "== gate code $(python3 -c 'from pathlib import Path; from gates import gate_code_hash; print(gate_code_hash(Path.cwd())[:12])')"
 printf '%s\n' "$@" | xargs -P "$JOBS" -I{} bash -c 'one "$@"' _ {}
 
 summary="$OUT/regate_$PHASE.txt"
