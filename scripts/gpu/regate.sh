@@ -25,7 +25,8 @@
 #   here:    mkdir -p /tmp/rg && tar xJf FILES_AT/regate_<phase>.tar.xz -C /tmp/rg &&
 #            python scripts/land_evidence.py /tmp/rg/<phase> [--promote]
 #
-# Writes $OUT/regate_<phase>.tar.xz (a device call returns at most 8 files): <phase>/<id>/ is
+# Writes $OUT/regate_<phase>.tar.xz, rewritten as each candidate finishes (a device call returns
+# at most 8 files, and only what is under $OUT when it ends): <phase>/<id>/ is
 # gate.sh's folder for the candidate (the compacted records, gate_report.json, assess.json) and
 # <phase>/logs/<id>.log its gate.log; $OUT/regate_<phase>.txt is the verdict summary.
 set -uo pipefail
@@ -46,7 +47,7 @@ if [ "$(git -C "$HEAD_DIR" log -1 --format=%s main 2>/dev/null)" != "device snap
 fi
 printf '/.device\n/.whl\n' >>"$(git -C "$HEAD_DIR" rev-parse --git-common-dir)/info/exclude"
 WORK=/tmp/rg/$PHASE
-rm -rf "$WORK" && mkdir -p "$WORK/logs" "$OUT"
+rm -rf "$WORK" && mkdir -p "$WORK/logs" "$OUT" && touch /tmp/rg/pack.lock
 export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
 export GATE_TIMEOUT_S=${GATE_TIMEOUT_S:-540}
 
@@ -66,12 +67,24 @@ one() {                            # one candidate: its own worktree, its own ga
   cp -r "/tmp/rg/out-$PHASE-$cid/$cid/." "$WORK/$cid/" 2>/dev/null
   cp "/tmp/rg/out-$PHASE-$cid/gate.log" "$WORK/logs/$cid.log" 2>/dev/null
   echo "== $op/$cid: $PHASE took $(( $(date +%s) - t0 )) s" >>"$WORK/logs/$cid.log"
+  pack
 }
-export -f one
-export PHASE ONLY WORK HEAD_DIR
+pack() {                           # $OUT's archive after every candidate: a call cut off at its
+  flock /tmp/rg/pack.lock sh -c '  # limit still brings back what finished (session 12 lost a phase)
+    tar cJf "$1.tmp" -C /tmp/rg "$2" && mv "$1.tmp" "$1"' _ "$OUT/regate_$PHASE.tar.xz" "$PHASE"
+}
+export -f one pack
+export PHASE ONLY WORK HEAD_DIR OUT
 
 echo "== $(date -u +%FT%TZ) regate $PHASE, $JOBS at once: $*"
 echo "== gate code $(python3 -c 'from pathlib import Path; from gates import gate_code_hash; print(gate_code_hash(Path.cwd())[:12])')"
+if [ "$PHASE" = perf ]; then
+  # perf_sweep compiles each candidate in a sandbox first (cached under HARNESS_CACHE): on a
+  # machine that did not run the checks, fill that cache for every candidate at once first.
+  t0=$(date +%s)
+  printf '%s\n' "$@" | xargs -P 8 -I{} sh -c 'python3 -m harness.cli compile "${1%%/*}" "${1##*/}" --arch sm_90a >/dev/null 2>&1' _ {}
+  echo "== sandbox compiles (sm_90a, all candidates at once) took $(( $(date +%s) - t0 )) s"
+fi
 printf '%s\n' "$@" | xargs -P "$JOBS" -I{} bash -c 'one "$@"' _ {}
 
 summary="$OUT/regate_$PHASE.txt"
@@ -82,5 +95,5 @@ for spec in "$@"; do
   grep -E "^   (PASS|FAIL|ERROR|NOT_RUN)|^            |harness gate exit|took" "$WORK/logs/$cid.log" >>"$summary" 2>/dev/null \
     || echo "   (no log)" >>"$summary"
 done
-tar cJf "$OUT/regate_$PHASE.tar.xz" -C /tmp/rg "$PHASE"
+pack
 cat "$summary"
