@@ -46,14 +46,15 @@ if [ "$(git -C "$HEAD_DIR" log -1 --format=%s main 2>/dev/null)" != "device snap
   exit 3
 fi
 printf '/.device\n/.whl\n' >>"$(git -C "$HEAD_DIR" rev-parse --git-common-dir)/info/exclude"
-WORK=/tmp/rg/$PHASE
-rm -rf "$WORK" && mkdir -p "$WORK/logs" "$OUT" && touch /tmp/rg/pack.lock
+TMP=${REGATE_TMP:-/tmp}              # worktrees under $TMP/wt, work under $TMP/rg (tests: a tmp dir)
+WORK=$TMP/rg/$PHASE
+rm -rf "$WORK" && mkdir -p "$WORK/logs" "$OUT" && touch "$TMP/rg/pack.lock"
 export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
 export GATE_TIMEOUT_S=${GATE_TIMEOUT_S:-540}
 
 one() {                            # one candidate: its own worktree, its own gate.sh output
   local op=${1%%/*} cid=${1##*/}
-  local wt=/tmp/wt/$cid          # (its own line: `local` expands every word before assigning)
+  local wt=$TMP/wt/$cid          # (its own line: `local` expands every word before assigning)
   rm -rf "$wt"; git -C "$HEAD_DIR" worktree prune
   git -C "$HEAD_DIR" branch -qD "gate/$cid" 2>/dev/null
   git -C "$HEAD_DIR" worktree add -q --detach "$wt" main || { echo "$cid: no worktree" >"$WORK/logs/$cid.log"; return 1; }
@@ -61,20 +62,20 @@ one() {                            # one candidate: its own worktree, its own ga
   [ -e "$HEAD_DIR/.whl" ] && [ ! -e "$wt/.whl" ] && ln -s "$HEAD_DIR/.whl" "$wt/.whl"
   local t0
   t0=$(date +%s)
-  (cd "$wt" && unset PYTHONPATH && OMP_NUM_THREADS=2 OUT="/tmp/rg/out-$PHASE-$cid" GATE_ONLY=$ONLY \
+  (cd "$wt" && unset PYTHONPATH && OMP_NUM_THREADS=2 OUT="$TMP/rg/out-$PHASE-$cid" GATE_ONLY=$ONLY \
      bash scripts/gpu/gate.sh "$op" "$cid" >/dev/null 2>&1)
   mkdir -p "$WORK/$cid"
-  cp -r "/tmp/rg/out-$PHASE-$cid/$cid/." "$WORK/$cid/" 2>/dev/null
-  cp "/tmp/rg/out-$PHASE-$cid/gate.log" "$WORK/logs/$cid.log" 2>/dev/null
+  cp -r "$TMP/rg/out-$PHASE-$cid/$cid/." "$WORK/$cid/" 2>/dev/null
+  cp "$TMP/rg/out-$PHASE-$cid/gate.log" "$WORK/logs/$cid.log" 2>/dev/null
   echo "== $op/$cid: $PHASE took $(( $(date +%s) - t0 )) s" >>"$WORK/logs/$cid.log"
   pack
 }
 pack() {                           # $OUT's archive after every candidate: a call cut off at its
-  flock /tmp/rg/pack.lock sh -c '  # limit still brings back what finished (session 12 lost a phase)
-    tar cJf "$1.tmp" -C /tmp/rg "$2" && mv "$1.tmp" "$1"' _ "$OUT/regate_$PHASE.tar.xz" "$PHASE"
+  flock "$TMP/rg/pack.lock" sh -c '  # limit still brings back what finished (session 12 lost a phase)
+    tar cJf "$1.tmp" -C "$3" "$2" && mv "$1.tmp" "$1"' _ "$OUT/regate_$PHASE.tar.xz" "$PHASE" "$TMP/rg"
 }
 export -f one pack
-export PHASE ONLY WORK HEAD_DIR OUT
+export PHASE ONLY WORK HEAD_DIR OUT TMP
 
 echo "== $(date -u +%FT%TZ) regate $PHASE, $JOBS at once: $*"
 echo "== gate code $(python3 -c 'from pathlib import Path; from gates import gate_code_hash; print(gate_code_hash(Path.cwd())[:12])')"
