@@ -230,6 +230,23 @@ class Registry:
         outs.update({s.name: inputs[s.name] for s in defn.inputs if s.role is Role.STATE})
         return outs
 
+    def selects_kernel(self, op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, **static: str) -> bool:
+        """Whether `run(op, inputs, tp=tp, **static)` would call op's kernel: one is registered, not
+        disabled, the call is inside its scope and its compile has not failed before. Nothing runs
+        or is counted. The decoder asks it before a fused op (gemm_situ_and_mul), which it calls
+        only where its kernel runs: elsewhere the pair of ops it replaces keeps their own kernels."""
+        import reference_impls  # noqa: PLC0415
+
+        entry = self._kernels.get(op)
+        if entry is None or self.is_disabled(op):
+            return False
+        defn = reference_impls.get(op)
+        info = _call_info(defn, inputs, tp, static)
+        if isinstance(entry._compiled.get((info.arch, info.tp, info.static)), BaseException):
+            return False
+        reason, _ = _scope_check(defn, entry.scope, info, inputs, self._check_shapes)
+        return reason is None
+
     def _fallback(self, defn, op: str, inputs: Mapping[str, torch.Tensor], reason: Reason):
         self._count(op, Outcome.FALLBACK, reason)
         return defn.run_reference(inputs)

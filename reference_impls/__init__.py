@@ -19,6 +19,7 @@ OP_NAMES: tuple[str, ...] = (
     "situ_and_mul",
     "silu_and_mul",
     "skinny_gemm",
+    "gemm_situ_and_mul",
     "moe_experts",
     "oproj_allreduce_residual",
 )

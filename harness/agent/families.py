@@ -24,14 +24,20 @@ from ..errors import UserError
 Params = dict[str, Any]
 
 
+SHARED_PARTIALS = "_shared"              # prompts/kernels/_shared/: partials of families of several ops
+
+
 def _env(folder: Path):
     """Sandboxed, strict; `{% include "_part.j2" %}` reads a partial from the family's own
-    folder (code shared by families of one op), nothing outside it."""
+    folder (code shared by families of one op), else from prompts/kernels/_shared/ (code shared
+    by families of several ops, e.g. the swap-AB GEMM of skinny_gemm and gemm_situ_and_mul);
+    nothing else."""
     from jinja2 import FileSystemLoader, StrictUndefined
     from jinja2.sandbox import SandboxedEnvironment
 
     return SandboxedEnvironment(undefined=StrictUndefined, keep_trailing_newline=True,
-                                trim_blocks=False, lstrip_blocks=False, loader=FileSystemLoader(str(folder)))
+                                trim_blocks=False, lstrip_blocks=False,
+                                loader=FileSystemLoader([str(folder), str(folder.parent / SHARED_PARTIALS)]))
 
 
 def params_key(family: str, params: Params) -> str:

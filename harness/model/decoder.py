@@ -14,6 +14,10 @@ current block, `blocks` the sealed block sums, blocks[0] = the embedding):
   Every attn_res call names its block count as the static key shape=f"nb{nb}" (nb = 1..8) and
   passes `blocks` as the [B, nb, H] view of the [B, max_blocks, H] buffer (not contiguous).
 
+The FFN's gate_up GEMM and SiTU (the shared experts; the dense FFN of layer 1) run as the fused
+op gemm_situ_and_mul where the registry would run its kernel (Registry.selects_kernel), else as
+skinny_gemm then situ_and_mul, the pair it replaces (the same math: its reference is that pair).
+
 With cfg.residual = ADD_NORM (the `-addnorm` presets) the residual is the K2-style pre-norm
 stream through the fused op add_rmsnorm (r = bf16(delta + residual); h = rms(r) * w):
   layer 0: residual = embedding, attention input = rmsnorm(embedding);
@@ -67,6 +71,16 @@ class K3Decoder:
     def _gemm(self, x: torch.Tensor, w: torch.Tensor, shape: str, site: str) -> torch.Tensor:
         reg = self.registry or registry_mod.default()
         return reg.run("skinny_gemm", {"x": x, "weight": w}, tp=self.cfg.tp, site=site, shape=shape)["out"]
+
+    def _gate_up_act(self, h: torch.Tensor, w: torch.Tensor, shape: str, gemm_site: str, act_site: str) -> torch.Tensor:
+        """situ_and_mul(bf16(h @ w^T)): gemm_situ_and_mul where its kernel would run, else the gate_up
+        GEMM and situ_and_mul (so their own kernels keep running wherever the fused one does not)."""
+        reg = self.registry or registry_mod.default()
+        inputs = {"x": h, "weight": w}
+        if reg.selects_kernel("gemm_situ_and_mul", inputs, tp=self.cfg.tp, shape=shape):
+            return reg.run("gemm_situ_and_mul", inputs, tp=self.cfg.tp, site=act_site, shape=shape)["out"]
+        gu = self._gemm(h, w, shape, gemm_site)
+        return self._run("situ_and_mul", act_site, gate_up=gu)["out"]
 
     def _attn_res(self, site: str, st: "StepState", delta: torch.Tensor, w_res: torch.Tensor,
                   w_norm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -189,8 +203,7 @@ class K3Decoder:
     # ---- FFN -----------------------------------------------------------------------------
     def _dense(self, h: torch.Tensor, i: int) -> torch.Tensor:
         p = f"layers.{i}.mlp."
-        gu = self._gemm(h, self.w[p + "gate_up"], "dense_gate_up", p + "gate_up")
-        a = self._run("situ_and_mul", p + "act", gate_up=gu)["out"]
+        a = self._gate_up_act(h, self.w[p + "gate_up"], "dense_gate_up", p + "gate_up", p + "act")
         return self._gemm(a, self.w[p + "down"], "dense_down", p + "down")
 
     def _moe(self, h: torch.Tensor, i: int) -> torch.Tensor:
@@ -203,8 +216,7 @@ class K3Decoder:
         # (TP: the all-reduce of [latent, shared] goes here; one rank has nothing to reduce)
         lat = self._run("rmsnorm", p + "latent_norm", x=lat, weight=w[p + "latent_norm"])["out"]
         up = self._gemm(lat, w[p + "up"], "latent_up", p + "up")
-        gu = self._gemm(h, w[p + "shared_gate_up"], "shared_gate_up", p + "shared_gate_up")
-        a = self._run("situ_and_mul", p + "shared_act", gate_up=gu)["out"]
+        a = self._gate_up_act(h, w[p + "shared_gate_up"], "shared_gate_up", p + "shared_gate_up", p + "shared_act")
         shared = self._gemm(a, w[p + "shared_down"], "shared_down", p + "shared_down")
         return (up.float() + shared.float()).to(torch.bfloat16)
 

@@ -14,7 +14,8 @@ For every op with human candidates (kernels_generated/<op>/*/candidate.json, aut
      the launch floor: what the same timing charges an empty CuTe DSL kernel of 128 CTAs
      (scripts/gpu/launch_floor.py; ~1.1 us on the H200), so "floor+launch" is the least any
      one-kernel implementation can measure here.
-skinny_gemm also times torch's own bf16 `x @ weight.t()` (cuBLAS), the bar its kernels must beat.
+skinny_gemm also times torch's own bf16 `x @ weight.t()` (cuBLAS), the bar its kernels must beat;
+gemm_situ_and_mul times the pair it replaces, cuBLAS then the promoted situ_and_mul kernel.
 A candidate is only checked and timed at the points of its declared scope (batch range, TP,
 shapes, state dtypes). Points span TP x shape (ops with named shapes) x state dtype x B.
 Prints one table per op (B; eager; torch.compile; ours; floor; % of floor) and writes
@@ -99,6 +100,32 @@ def in_scope(cand: dict, point: Point) -> bool:
 
 # torch's own fast path for an op, timed next to the reference (the bar some kernels must beat)
 BASELINES = {"skinny_gemm": ("cublas", lambda x, weight: x @ weight.t())}
+
+
+def unfused_gate_up_act(tp: int):
+    """gemm_situ_and_mul's bar: what the decoder runs without it, cuBLAS's gate_up GEMM then the
+    promoted situ_and_mul kernel (torch's SiTU reference when none is promoted): (label, fn)."""
+    from harness.registry import device_arch
+    from harness.toolchain import load_compiled
+
+    manifest = ROOT / "kernels_generated" / "promoted.json"
+    entry = next((e for e in json.loads(manifest.read_text()) if e["op"] == "situ_and_mul"), None)
+    if entry is None:
+        act = reference_impls.get("situ_and_mul").reference
+        return "cublas+situ_ref", lambda x, weight: act(x @ weight.t())
+    kern = load_compiled(ROOT / "kernels_generated" / "situ_and_mul" / entry["candidate"],
+                         device_arch(torch.device("cuda")), tp)
+
+    def run(x, weight):
+        gate_up = x @ weight.t()
+        out = torch.empty((x.shape[0], weight.shape[0] // 2), dtype=torch.bfloat16, device=x.device)
+        kern(gate_up=gate_up, out=out)
+        return out
+    return f"cublas+situ:{entry['candidate'][:6]}", run
+
+
+# baselines that depend on TP (built once per TP)
+TP_BASELINES = {"gemm_situ_and_mul": unfused_gate_up_act}
 
 
 def static_for(defn, point: Point) -> dict:
@@ -187,8 +214,13 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
     compiled_ref = torch.compile(defn.reference) if use_compile else None
     timed_by_shape: dict[str, dict] = {}
     baseline = BASELINES.get(op)
+    tp_baselines: dict[int, tuple] = {}
     for point in points:
         tp, b = point.tp, point.batch
+        if op in TP_BASELINES:
+            if tp not in tp_baselines:
+                tp_baselines[tp] = TP_BASELINES[op](tp)
+            baseline = tp_baselines[tp]
         row: dict = {"tp": tp, "batch": b, "shape": point.shape,
                      "state_dtype": point.state_dtype if len(defn.state_dtypes) > 1 else "",
                      "min_bytes": defn.min_bytes(point)}

@@ -19,7 +19,7 @@ from harness.toolchain.compile import compile_many, static_keys
 
 ARCHS = ("sm_90a", "sm_103a")
 # ops whose every global load is a 16-byte vector by construction
-ALL_LOADS_128B = {"moe_router", "situ_and_mul", "add_rmsnorm", "attn_res", "skinny_gemm"}
+ALL_LOADS_128B = {"moe_router", "situ_and_mul", "add_rmsnorm", "attn_res", "skinny_gemm", "gemm_situ_and_mul"}
 # ops whose kernel is the same at every TP (H = 7168 is replicated; the router is not sharded)
 TP_INDEPENDENT = {"moe_router", "add_rmsnorm", "attn_res"}
 

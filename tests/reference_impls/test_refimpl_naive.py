@@ -95,6 +95,20 @@ def test_skinny_gemm(shape: str) -> None:
     _close_bf16(got, want, atol=1e-3)
 
 
+@pytest.mark.parametrize("tp,shape", [(8, ""), (16, "shared_gate_up"), (16, "dense_gate_up")])
+def test_gemm_situ_and_mul(tp: int, shape: str) -> None:
+    """float64 GEMM, gate_up rounded to bf16 as the unfused pair stores it, then SiTU in float64;
+    the weight's first I rows are the gate."""
+    d, inp, out = _inputs("gemm_situ_and_mul", Point(2, tp, shape=shape), seed=3)
+    x, w = inp["x"].double(), inp["weight"].double()
+    i = w.shape[0] // 2
+    assert out["out"].shape == (2, i) and i == (2 * 3072 if shape != "dense_gate_up" else 33792) // tp
+    gate_up = (x @ w.t()).to(torch.bfloat16)
+    _close_bf16(out["out"], naive.situ64(gate_up[:, :i], gate_up[:, i:]), atol=1e-3)
+    swapped = naive.situ64(gate_up[:, i:], gate_up[:, :i])
+    assert not torch.allclose(out["out"].double(), swapped, rtol=0.1, atol=0.1)   # the halves are not symmetric
+
+
 def test_oproj_allreduce_residual_ranks() -> None:
     from reference_impls.oproj_allreduce_residual import reference_ranks
 
