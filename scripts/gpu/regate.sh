@@ -5,7 +5,7 @@
 # gate.sh, one candidate after another, takes ~5-6 min each: six promoted kernels are ~32 min,
 # more than a session's 30 min of device time. This runs the gates in two phases:
 #
-#   PHASE=checks  every gate but perf_sweep, REGATE_JOBS candidates at once (default 8), each in
+#   PHASE=checks  every gate but perf_sweep, REGATE_JOBS candidates at once (default 7: eight ran the H200 out of memory), each in
 #                 its own git worktree (gate.sh gates a committed candidate on a branch gate/<id>
 #                 and checks it out; worktrees keep those checkouts apart). The model gate's
 #                 lockstep runs are CPU-bound (~45 ms a decode step, the GPU mostly idle; a
@@ -32,7 +32,7 @@
 set -uo pipefail
 PHASE=${PHASE:?PHASE=checks or PHASE=perf}
 case "$PHASE" in
-  checks) ONLY=isolation,static,scope,numerics_unit,numerics_model; JOBS=${REGATE_JOBS:-8} ;;
+  checks) ONLY=isolation,static,scope,numerics_unit,numerics_model; JOBS=${REGATE_JOBS:-7} ;;   # 8 ran out of GPU memory
   perf)   ONLY=perf_sweep; JOBS=1 ;;
   *) echo "regate.sh: PHASE must be checks or perf, not $PHASE" >&2; exit 2 ;;
 esac
