@@ -45,7 +45,8 @@ if [ "$(git -C "$HEAD_DIR" log -1 --format=%s main 2>/dev/null)" != "device snap
   echo "regate.sh: $HEAD_DIR is not at_head.sh's snapshot; run \`source scripts/gpu/at_head.sh && ...\` first" >&2
   exit 3
 fi
-printf '/.device\n/.whl\n' >>"$(git -C "$HEAD_DIR" rev-parse --git-common-dir)/info/exclude"
+exclude="$(git -C "$HEAD_DIR" rev-parse --git-common-dir)/info/exclude"   # the links each worktree gets
+grep -qx '/.device' "$exclude" 2>/dev/null || printf '/.device\n/.whl\n' >>"$exclude"
 TMP=${REGATE_TMP:-/tmp}              # worktrees under $TMP/wt, work under $TMP/rg (tests: a tmp dir)
 WORK=$TMP/rg/$PHASE
 rm -rf "$WORK" && mkdir -p "$WORK/logs" "$OUT" && touch "$TMP/rg/pack.lock"
