@@ -82,23 +82,31 @@ def reference(lat_in: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
     return {"out": out.to(torch.bfloat16)}
 
 
+ROWS_PER_CHUNK = 64   # (token, slot) pairs decoded at once: 1 GB of fp32 experts at TP8, the size one
+                      # slot's gather had at B = 64 before chunking; B <= 4 decodes in one chunk
+
+
 def reference_per_slot(lat_in: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                        w13: torch.Tensor, w13_scale: torch.Tensor, w2: torch.Tensor,
-                       w2_scale: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The same sum, one routing slot at a time with gathered experts: no data-dependent
-    host read-back (`unique().tolist()`), so a decode step on the GPU can be captured in a
-    CUDA graph. Used for CUDA tensors; tests check it equals the per-expert form."""
-    x = lat_in.float()
-    out = torch.zeros_like(x)
-    ids = topk_ids.long()
-    for k in range(ids.shape[1]):                    # static loop over the top-k slots
-        e = ids[:, k]
-        w_up = mxfp4.decode(w13[e], w13_scale[e])                    # [B, 2I, LAT]
-        h = torch.einsum("bl,bil->bi", x, w_up)
+                       w2_scale: torch.Tensor, rows_per_chunk: int = ROWS_PER_CHUNK) -> dict[str, torch.Tensor]:
+    """The same sum over (token, slot) pairs with gathered experts, `rows_per_chunk` pairs at
+    a time: no data-dependent host read-back (`unique().tolist()`), so a decode step on the GPU
+    can be captured in a CUDA graph. Used for CUDA tensors; tests check it equals the
+    per-expert form. Chunks, not one slot per pass: each pass is ~67 torch ops, so the model
+    gate's batch of 4 (64 pairs) costs one pass per MoE layer instead of 16."""
+    b, k = topk_ids.shape
+    xs = lat_in.float().repeat_interleave(k, 0)       # pair r = (token r // k, slot r % k)
+    ids = topk_ids.long().reshape(-1)
+    y = torch.empty_like(xs)
+    for s in range(0, b * k, rows_per_chunk):        # static: bounds come from shapes only
+        e = ids[s:s + rows_per_chunk]
+        w_up = mxfp4.decode(w13[e], w13_scale[e])                    # [n, 2I, LAT]
+        h = torch.einsum("nl,nil->ni", xs[s:s + rows_per_chunk], w_up)
+        del w_up                                                     # peak: one decoded matrix
         gate, up = h.chunk(2, dim=-1)
-        w_dn = mxfp4.decode(w2[e], w2_scale[e])                      # [B, LAT, I]
-        y = torch.einsum("bi,bli->bl", situ(gate, up), w_dn)
-        out += y * topk_weights[:, k].float()[:, None]
+        w_dn = mxfp4.decode(w2[e], w2_scale[e])                      # [n, LAT, I]
+        y[s:s + e.shape[0]] = torch.einsum("ni,nli->nl", situ(gate, up), w_dn)
+    out = (y.view(b, k, -1) * topk_weights.float()[..., None]).sum(1)
     return {"out": out.to(torch.bfloat16)}
 
 

@@ -180,8 +180,11 @@ def test_moe_experts_small_dims() -> None:
     _close_bf16(got, want, atol=1e-3)
 
 
-def test_moe_experts_per_slot_form_matches_per_expert_form():
-    """The CUDA-graph-safe per-slot reference computes the same sum as the per-expert one."""
+@pytest.mark.parametrize("rows_per_chunk", [1, 4, 7, 64])
+def test_moe_experts_per_slot_form_matches_per_expert_form(rows_per_chunk: int):
+    """The CUDA-graph-safe chunked reference computes the same sum as the per-expert one, with
+    one (token, slot) pair per chunk, chunks that split a token's slots (4, 7 of k=3) and a
+    ragged last chunk (15 pairs), and everything in one chunk."""
     import torch
 
     from reference_impls import moe_experts, mxfp4
@@ -195,6 +198,6 @@ def test_moe_experts_per_slot_form_matches_per_expert_form():
     w2, w2s = mxfp4.random_weights((e, lat), inter, gen, scale_exp=-4)
     x = torch.randn(b, lat, generator=gen).to(torch.bfloat16)
     a = moe_experts.reference(x, ids, w, w13, w13s, w2, w2s)["out"].float()
-    p = moe_experts.reference_per_slot(x, ids, w, w13, w13s, w2, w2s)["out"].float()
+    p = moe_experts.reference_per_slot(x, ids, w, w13, w13s, w2, w2s, rows_per_chunk=rows_per_chunk)["out"].float()
     assert torch.allclose(a, p, rtol=1e-2, atol=1e-3), (a - p).abs().max()
     assert a.abs().sum() > 0
