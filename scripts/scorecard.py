@@ -1,0 +1,225 @@
+"""Issue 7's targets, checked against the committed benchmark JSONs of the promoted kernels (CPU).
+
+For each op with a promoted kernel (kernels_generated/promoted.json) this reads every
+bench_kernels.py JSON under results/ (plain or .xz), keeps the latest measurement of the
+promoted candidate at each point (tp, batch, shape, state dtype; "latest" = the file's last
+git commit, then its path), and judges the issue's targets there:
+
+  floor    HBM floor (bytes / the bandwidth measured in the same run) >= 2 us: ours <= 1.3 x floor;
+           a smaller floor: ours <= 3 us
+  compile  ours at least FACTOR x faster than torch.compile of the reference (moe_router 2,
+           kda_decode 1.5, attn_res 1.3, add_rmsnorm and situ_and_mul 1: never slower); the
+           compile time comes from the same row when that run measured it, else from the latest
+           run that did at the point (marked "other run")
+  cublas   skinny_gemm only: never slower than cuBLAS, and >= 1.05x faster at M = 1..8
+
+and lists the points of the kernel's scope (B in 1, 2, 4, ..., 64) that no run measured. Only
+the lent H200's runs are committed, so every number is an H200 number.
+
+    python scripts/scorecard.py                  # every promoted op
+    python scripts/scorecard.py --op kda_decode --json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import lzma
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+FLOOR_LIMIT_US = 2.0            # floors at or above this are held to FLOOR_FACTOR x floor ...
+FLOOR_FACTOR = 1.3
+SMALL_CAP_US = 3.0              # ... smaller ones to this cap
+COMPILE_FACTOR = {"moe_router": 2.0, "kda_decode": 1.5, "attn_res": 1.3, "add_rmsnorm": 1.0, "situ_and_mul": 1.0}
+CUBLAS_ALL, CUBLAS_SMALL_M, SMALL_M = 1.0, 1.05, 8
+
+
+@dataclass(frozen=True, order=True)
+class Point:
+    tp: int
+    batch: int
+    shape: str = ""
+    state_dtype: str = ""
+
+    def label(self) -> str:
+        extra = " ".join(x for x in (self.shape, self.state_dtype) if x)
+        return f"TP{self.tp} B={self.batch}" + (f" {extra}" if extra else "")
+
+
+@dataclass
+class Measurement:
+    point: Point
+    ours_us: float
+    floor_us: float
+    source: str
+    eager_us: float | None = None
+    compile_us: float | None = None
+    compile_source: str = ""                  # "" when from the same row
+    cublas_us: float | None = None
+    verdicts: dict[str, bool] = field(default_factory=dict)
+
+
+@dataclass
+class OpCard:
+    op: str
+    candidate: str
+    measured: list[Measurement]
+    unmeasured: list[Point]
+    scope_points: int = 0
+    best_run: str = ""             # the one run covering most scope points ("one table from one run")
+    best_run_points: int = 0
+    best_run_compile_points: int = 0
+
+    def met(self, target: str) -> tuple[int, int]:
+        judged = [m.verdicts[target] for m in self.measured if target in m.verdicts]
+        return sum(judged), len(judged)
+
+
+# ---- reading ---------------------------------------------------------------------------------------
+def _load(path: Path) -> dict | None:
+    try:
+        raw = lzma.open(path).read() if path.suffix == ".xz" else path.read_bytes()
+        data = json.loads(raw)
+    except (OSError, lzma.LZMAError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("ops"), dict) else None
+
+
+def _commit_time(path: Path, root: Path) -> int:
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%ct", "--", str(path.relative_to(root))],
+                             cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return 0
+    return int(out) if out.isdigit() else 0
+
+
+def bench_files(results: Path, root: Path) -> list[tuple[Path, dict]]:
+    """Every bench_kernels JSON under `results`, oldest first."""
+    found = [(p, d) for p in sorted(results.rglob("*.json*")) if p.suffix in (".json", ".xz")
+             if (d := _load(p)) is not None]
+    return sorted(found, key=lambda pd: (_commit_time(pd[0], root), str(pd[0])))
+
+
+def _median(times: dict, column: str | None) -> float | None:
+    t = times.get(column) if column else None
+    return float(t["median_us"]) if isinstance(t, dict) and "median_us" in t else None
+
+
+def _point(row: dict, scope: dict) -> Point:
+    """A row's point on the scope's axes: a shape or state dtype the op does not have is dropped
+    (session 2's runs wrote state_dtype "fp32" for every op)."""
+    return Point(int(row["tp"]), int(row["batch"]), (row.get("shape") or "") if scope.get("shapes") else "",
+                 (row.get("state_dtype") or "") if scope.get("state_dtypes") else "")
+
+
+# ---- judging ---------------------------------------------------------------------------------------
+def judge(op: str, m: Measurement) -> dict[str, bool]:
+    v = {"floor": (m.ours_us <= FLOOR_FACTOR * m.floor_us) if m.floor_us >= FLOOR_LIMIT_US else m.ours_us <= SMALL_CAP_US}
+    if op in COMPILE_FACTOR and m.compile_us is not None:
+        v["compile"] = m.compile_us / m.ours_us >= COMPILE_FACTOR[op]
+    if op == "skinny_gemm" and m.cublas_us is not None:
+        v["cublas"] = m.cublas_us / m.ours_us >= (CUBLAS_SMALL_M if m.point.batch <= SMALL_M else CUBLAS_ALL)
+    return v
+
+
+def scope_points(scope: dict) -> list[Point]:
+    lo, hi = scope.get("batch", [1, 64])
+    return [Point(tp, b, shape, sd) for tp in scope.get("tp", [8, 16]) for b in SWEEP_BATCHES if lo <= b <= hi
+            for shape in (scope.get("shapes") or [""]) for sd in (scope.get("state_dtypes") or [""])]
+
+
+def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], root: Path) -> OpCard:
+    latest: dict[Point, Measurement] = {}
+    compile_at: dict[Point, tuple[float, str]] = {}
+    in_scope = set(scope_points(scope))
+    runs: dict[str, tuple[int, int]] = {}          # file -> (scope points measured, of them with compile)
+    for path, data in files:                                   # oldest first: later files overwrite
+        rec = data["ops"].get(op)
+        if not rec:
+            continue
+        src = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+        col = next((label for label, info in rec.get("candidates", {}).items() if info.get("id") == candidate), None)
+        for row in rec.get("rows", []):
+            p, times = _point(row, scope), row.get("times", {})
+            comp = _median(times, "compile")
+            if comp is not None:
+                compile_at[p] = (comp, src)
+            ours = _median(times, col)
+            if ours is None:
+                continue
+            if p in in_scope:
+                n, nc = runs.get(src, (0, 0))
+                runs[src] = (n + 1, nc + (comp is not None))
+            latest[p] = Measurement(p, ours, float(row["floor_us"]), src, _median(times, "eager"), comp,
+                                    "", _median(times, "cublas"))
+    for m in latest.values():
+        if m.compile_us is None and m.point in compile_at:
+            m.compile_us, m.compile_source = compile_at[m.point]
+        m.verdicts = judge(op, m)
+    measured = [latest[p] for p in sorted(latest)]
+    best = max(runs.items(), key=lambda kv: kv[1], default=("", (0, 0)))
+    return OpCard(op, candidate, measured, [p for p in scope_points(scope) if p not in latest], len(in_scope),
+                  best[0], *best[1])
+
+
+def scorecards(root: Path = ROOT, results: Path | None = None, ops: list[str] | None = None) -> list[OpCard]:
+    manifest = json.loads((root / "kernels_generated" / "promoted.json").read_text())
+    files = bench_files(results or root / "results", root)
+    return [card(e["op"], e["candidate"], e["scope"], files, root) for e in manifest if not ops or e["op"] in ops]
+
+
+# ---- printing --------------------------------------------------------------------------------------
+def _f(x: float | None, nd: int = 2) -> str:
+    return "-" if x is None else f"{x:.{nd}f}"
+
+
+def render(c: OpCard) -> str:
+    lines = [f"## {c.op}: promoted {c.candidate}"]
+    if not c.measured:
+        lines.append("no committed benchmark measured this candidate")
+    else:
+        head = "| point | eager | torch.compile | cuBLAS | ours | floor | ours/floor | vs compile | targets | source |"
+        lines += [head, "|---" * 10 + "|"]
+        for m in c.measured:
+            vs = "-" if m.compile_us is None else \
+                f"{m.compile_us / m.ours_us:.2f}x" + (" (other run)" if m.compile_source else "")
+            marks = " ".join(f"{t} {'ok' if ok else 'MISS'}" for t, ok in m.verdicts.items())
+            lines.append(f"| {m.point.label()} | {_f(m.eager_us, 1)} | {_f(m.compile_us)} | {_f(m.cublas_us)} | "
+                         f"{_f(m.ours_us)} | {_f(m.floor_us)} | {m.ours_us / m.floor_us:.2f} | {vs} | {marks} | {m.source} |")
+    summary = [f"{t} met at {a}/{n}" for t in ("floor", "compile", "cublas") for a, n in [c.met(t)] if n]
+    lines.append(f"{c.op}: {len(c.measured)} points measured; " + ("; ".join(summary) or "nothing judged")
+                 + f"; {len(c.unmeasured)} of the {c.scope_points} points of its scope never measured"
+                 + (f" (e.g. {', '.join(p.label() for p in c.unmeasured[:4])})" if c.unmeasured else ""))
+    if c.best_run:
+        lines.append(f"largest single run: {c.best_run}, {c.best_run_points} of {c.scope_points} scope points, "
+                     f"{c.best_run_compile_points} of them with torch.compile")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--op", action="append", help="only this op (repeatable)")
+    ap.add_argument("--results", type=Path, default=None, help="folder of benchmark JSONs (default results/)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args(argv)
+    if a.results is not None and not a.results.is_dir():
+        print(f"scorecard: {a.results} is not a folder", file=sys.stderr)
+        return 2
+    cards = scorecards(ROOT, a.results.resolve() if a.results else None, a.op)
+    if a.op and not cards:
+        print(f"scorecard: no promoted kernel for {', '.join(a.op)}", file=sys.stderr)
+        return 2
+    if a.json:
+        print(json.dumps([asdict(c) for c in cards], indent=1))
+    else:
+        print("\n\n".join(render(c) for c in cards))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

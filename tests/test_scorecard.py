@@ -1,0 +1,105 @@
+"""scripts/scorecard.py: issue 7's targets judged on the committed benchmark JSONs."""
+from __future__ import annotations
+
+import json
+import lzma
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def sc():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import scorecard
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    return scorecard
+
+
+def _m(sc, op, batch, ours, floor, compile_us=None, cublas=None):
+    return sc.Measurement(sc.Point(8, batch), ours, floor, "f", compile_us=compile_us, cublas_us=cublas)
+
+
+def test_floor_target_has_two_regimes(sc):
+    assert sc.judge("attn_res", _m(sc, "attn_res", 1, 2.99, 0.05))["floor"]           # small floor: 3 us cap
+    assert not sc.judge("attn_res", _m(sc, "attn_res", 1, 3.01, 0.05))["floor"]
+    assert sc.judge("kda_decode", _m(sc, "kda_decode", 64, 25.9, 20.0))["floor"]      # 1.3 x 20 = 26
+    assert not sc.judge("kda_decode", _m(sc, "kda_decode", 64, 26.1, 20.0))["floor"]
+    assert not sc.judge("kda_decode", _m(sc, "kda_decode", 64, 2.7, 2.0))["floor"]    # floor 2 us: 2.6, not 3
+
+
+def test_compile_and_cublas_targets(sc):
+    v = sc.judge("moe_router", _m(sc, "moe_router", 1, 10.0, 3.0, compile_us=19.9))
+    assert v["compile"] is False and "cublas" not in v                               # router needs 2x
+    assert sc.judge("kda_decode", _m(sc, "kda_decode", 1, 10.0, 3.0, compile_us=15.0))["compile"]
+    assert not sc.judge("situ_and_mul", _m(sc, "situ_and_mul", 1, 1.3, 0.0, compile_us=1.29))["compile"]
+    assert "compile" not in sc.judge("attn_res", _m(sc, "attn_res", 1, 2.0, 0.0))    # not measured: not judged
+    small = sc.judge("skinny_gemm", _m(sc, "skinny_gemm", 8, 10.0, 8.0, cublas=10.4))
+    large = sc.judge("skinny_gemm", _m(sc, "skinny_gemm", 16, 10.0, 8.0, cublas=10.4))
+    assert small["cublas"] is False and large["cublas"] is True                      # 5% at M <= 8, 0% above
+
+
+def _bench(path: Path, rows: list[dict], cand_id: str = "abc123def456") -> None:
+    data = {"device": "H200", "arch": "sm_90a", "torch": "x", "bandwidth_bytes_per_s": 4e12,
+            "ops": {"situ_and_mul": {"op": "situ_and_mul", "candidates": {"fam:abc123": {"id": cand_id}},
+                                     "rows": rows, "wall_s": 1.0}}}
+    raw = json.dumps(data).encode()
+    path.write_bytes(lzma.compress(raw) if path.suffix == ".xz" else raw)
+
+
+def _row(batch, ours, compile_us=None, state_dtype=""):
+    times = {"eager": {"median_us": 15.0}, "fam:abc123": {"median_us": ours}}
+    if compile_us is not None:
+        times["compile"] = {"median_us": compile_us}
+    return {"tp": 8, "batch": batch, "shape": "", "state_dtype": state_dtype, "floor_us": 0.01, "times": times}
+
+
+def test_latest_run_wins_and_gaps_are_listed(sc, tmp_path):
+    (tmp_path / "kernels_generated").mkdir()
+    scope = {"archs": ["sm_90a"], "tp": [8], "batch": [1, 4], "dtypes": ["bf16"], "state_dtypes": [], "shapes": []}
+    (tmp_path / "kernels_generated" / "promoted.json").write_text(
+        json.dumps([{"op": "situ_and_mul", "candidate": "abc123def456", "scope": scope}]))
+    res = tmp_path / "results"
+    res.mkdir()
+    _bench(res / "a_old.json.xz", [_row(1, 2.0, compile_us=1.5, state_dtype="fp32"), _row(2, 1.2, compile_us=1.3)])
+    _bench(res / "b_new.json", [_row(1, 1.1)])                       # newer (path order: no git here)
+    _bench(res / "c_other.json", [_row(4, 0.9)], cand_id="ffffffffffff")   # another candidate: ignored
+    (res / "not_a_bench.json").write_text('{"schema": 1}')
+    [c] = sc.scorecards(tmp_path, res)
+    by_batch = {m.point.batch: m for m in c.measured}
+    assert set(by_batch) == {1, 2}                                   # "fp32" dropped: the op has no state dtype
+    assert by_batch[1].ours_us == 1.1 and by_batch[1].source.endswith("b_new.json")
+    assert by_batch[1].compile_us == 1.5 and by_batch[1].compile_source.endswith("a_old.json.xz")
+    assert by_batch[1].verdicts == {"floor": True, "compile": True}
+    assert not by_batch[2].compile_source and by_batch[2].verdicts["compile"]
+    assert [p.batch for p in c.unmeasured] == [4] and c.scope_points == 3
+    assert c.best_run.endswith("a_old.json.xz") and (c.best_run_points, c.best_run_compile_points) == (2, 2)
+    assert c.met("floor") == (2, 2)
+
+
+def test_committed_results_cover_every_promoted_op(sc):
+    cards = sc.scorecards()
+    manifest = json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())
+    assert [c.op for c in cards] == [e["op"] for e in manifest]
+    for c in cards:
+        assert c.measured, c.op
+        assert all(m.floor_us > 0 and m.ours_us > 0 and "floor" in m.verdicts for m in c.measured)
+        assert len(c.unmeasured) + sum(m.point in set(sc.scope_points(e["scope"])) for e in manifest
+                                       if e["op"] == c.op for m in c.measured) == c.scope_points
+
+
+def test_cli_errors_and_json(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, str(ROOT / "scripts" / "scorecard.py"), *a],  # noqa: E731
+                                    capture_output=True, text=True, cwd=ROOT)
+    p = run("--op", "no_such_op")
+    assert p.returncode == 2 and "no promoted kernel" in p.stderr and "Traceback" not in p.stderr
+    p = run("--results", str(tmp_path / "missing"))
+    assert p.returncode == 2 and "not a folder" in p.stderr
+    p = run("--op", "situ_and_mul", "--json")
+    assert p.returncode == 0 and json.loads(p.stdout)[0]["op"] == "situ_and_mul"
