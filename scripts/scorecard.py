@@ -13,7 +13,8 @@ git commit, then its path), and judges the issue's targets there:
            run that did at the point (marked "other run")
   cublas   skinny_gemm only: never slower than cuBLAS, and >= 1.05x faster at M = 1..8
 
-and lists the points of the kernel's scope (B in 1, 2, 4, ..., 64) that no run measured. Only
+and lists the points of the kernel's scope (B in 1, 2, 4, ..., 64) that no run measured (a point
+whose tensors have the shapes of a measured one counts as measured: TP16 of a replicated op). Only
 the lent H200's runs are committed, so every number is an H200 number.
 
     python scripts/scorecard.py                  # every promoted op
@@ -22,6 +23,7 @@ the lent H200's runs are committed, so every number is an H200 number.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import lzma
 import subprocess
@@ -30,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))                 # reference_impls and harness, also without `pip install -e .`
 SWEEP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 FLOOR_LIMIT_US = 2.0            # floors at or above this are held to FLOOR_FACTOR x floor ...
 FLOOR_FACTOR = 1.3
@@ -136,8 +139,8 @@ def scope_points(scope: dict) -> list[Point]:
 def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], root: Path) -> OpCard:
     latest: dict[Point, Measurement] = {}
     compile_at: dict[Point, tuple[float, str]] = {}
-    in_scope = set(scope_points(scope))
-    runs: dict[str, tuple[int, int]] = {}          # file -> (scope points measured, of them with compile)
+    in_scope = scope_points(scope)
+    runs: dict[str, tuple[set[str], set[str]]] = {}    # file -> (works measured, of them with compile)
     for path, data in files:                                   # oldest first: later files overwrite
         rec = data["ops"].get(op)
         if not rec:
@@ -152,9 +155,10 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             ours = _median(times, col)
             if ours is None:
                 continue
-            if p in in_scope:
-                n, nc = runs.get(src, (0, 0))
-                runs[src] = (n + 1, nc + (comp is not None))
+            works, with_compile = runs.setdefault(src, (set(), set()))
+            works.add(_work(op, p))
+            if comp is not None:
+                with_compile.add(_work(op, p))
             latest[p] = Measurement(p, ours, float(row["floor_us"]), src, _median(times, "eager"), comp,
                                     "", _median(times, "cublas"))
     for m in latest.values():
@@ -162,9 +166,26 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             m.compile_us, m.compile_source = compile_at[m.point]
         m.verdicts = judge(op, m)
     measured = [latest[p] for p in sorted(latest)]
-    best = max(runs.items(), key=lambda kv: kv[1], default=("", (0, 0)))
-    return OpCard(op, candidate, measured, [p for p in scope_points(scope) if p not in latest], len(in_scope),
-                  best[0], *best[1])
+    done = {_work(op, p) for p in latest}
+    unmeasured = [p for p in in_scope if _work(op, p) not in done]
+    cover = {src: (sum(_work(op, p) in w for p in in_scope), sum(_work(op, p) in wc for p in in_scope))
+             for src, (w, wc) in runs.items()}
+    best = max(cover.items(), key=lambda kv: kv[1], default=("", (0, 0)))
+    return OpCard(op, candidate, measured, unmeasured, len(in_scope), best[0], *best[1])
+
+
+@functools.lru_cache(maxsize=None)
+def _work(op: str, p: Point) -> str:
+    """The op's tensor shapes at `p`: two points with equal shapes are the same computation
+    (the router, add_rmsnorm and attn_res are replicated: TP16 is TP8), and bench_kernels.py
+    times such a point once and copies the row."""
+    import reference_impls
+    from harness.opdef import Point as OpPoint
+
+    defn = reference_impls.get(op)
+    kw = {"state_dtype": p.state_dtype} if p.state_dtype else {}
+    return json.dumps([defn.shapes(OpPoint(batch=p.batch, tp=p.tp, shape=p.shape, **kw)), p.state_dtype],
+                      sort_keys=True, default=str)
 
 
 def scorecards(root: Path = ROOT, results: Path | None = None, ops: list[str] | None = None) -> list[OpCard]:

@@ -85,13 +85,22 @@ def test_latest_run_wins_and_gaps_are_listed(sc, tmp_path):
 
 def test_committed_results_cover_every_promoted_op(sc):
     cards = sc.scorecards()
-    manifest = json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())
-    assert [c.op for c in cards] == [e["op"] for e in manifest]
+    manifest = {e["op"]: e for e in json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())}
+    assert [c.op for c in cards] == list(manifest)
     for c in cards:
         assert c.measured, c.op
         assert all(m.floor_us > 0 and m.ours_us > 0 and "floor" in m.verdicts for m in c.measured)
-        assert len(c.unmeasured) + sum(m.point in set(sc.scope_points(e["scope"])) for e in manifest
-                                       if e["op"] == c.op for m in c.measured) == c.scope_points
+        scope = sc.scope_points(manifest[c.op]["scope"])
+        assert c.scope_points == len(scope) and set(c.unmeasured) <= set(scope)
+        assert 0 < c.best_run_points <= c.scope_points and c.best_run_compile_points <= c.best_run_points
+
+
+def test_a_replicated_op_at_tp16_is_its_tp8_point(sc):
+    """add_rmsnorm's tensors do not depend on TP: a TP8 row covers TP16; kda_decode's heads do."""
+    assert sc._work("add_rmsnorm", sc.Point(8, 4)) == sc._work("add_rmsnorm", sc.Point(16, 4))
+    assert sc._work("add_rmsnorm", sc.Point(8, 4)) != sc._work("add_rmsnorm", sc.Point(8, 8))
+    assert sc._work("kda_decode", sc.Point(8, 4, "", "fp32")) != sc._work("kda_decode", sc.Point(16, 4, "", "fp32"))
+    assert sc._work("kda_decode", sc.Point(8, 4, "", "fp32")) != sc._work("kda_decode", sc.Point(8, 4, "", "bf16"))
 
 
 def test_cli_errors_and_json(tmp_path):
