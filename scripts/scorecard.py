@@ -12,6 +12,9 @@ git commit, then its path), and judges the issue's targets there:
            compile time comes from the same row when that run measured it, else from the latest
            run that did at the point (marked "other run")
   cublas   skinny_gemm only: never slower than cuBLAS, and >= 1.05x faster at M = 1..8
+  pair     gemm_situ_and_mul only: faster than the pair it replaces (cuBLAS gate_up, then the
+           promoted situ_and_mul: bench_kernels.py's "cublas+situ" column), the issue's "fused
+           into the shared-expert path if that measures faster"
 
 and lists the points of the kernel's scope (B in 1, 2, 4, ..., 64) that no run measured (a point
 whose tensors have the shapes of a measured one counts as measured: TP16 of a replicated op). Only
@@ -37,7 +40,8 @@ SWEEP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 FLOOR_LIMIT_US = 2.0            # floors at or above this are held to FLOOR_FACTOR x floor ...
 FLOOR_FACTOR = 1.3
 SMALL_CAP_US = 3.0              # ... smaller ones to this cap
-COMPILE_FACTOR = {"moe_router": 2.0, "kda_decode": 1.5, "attn_res": 1.3, "add_rmsnorm": 1.0, "situ_and_mul": 1.0}
+COMPILE_FACTOR = {"moe_router": 2.0, "kda_decode": 1.5, "attn_res": 1.3, "add_rmsnorm": 1.0, "situ_and_mul": 1.0,
+                  "gemm_situ_and_mul": 1.0}
 CUBLAS_ALL, CUBLAS_SMALL_M, SMALL_M = 1.0, 1.05, 8
 
 
@@ -63,6 +67,7 @@ class Measurement:
     compile_us: float | None = None
     compile_source: str = ""                  # "" when from the same row
     cublas_us: float | None = None
+    pair_us: float | None = None
     verdicts: dict[str, bool] = field(default_factory=dict)
 
 
@@ -127,6 +132,8 @@ def judge(op: str, m: Measurement) -> dict[str, bool]:
         v["compile"] = m.compile_us / m.ours_us >= COMPILE_FACTOR[op]
     if op == "skinny_gemm" and m.cublas_us is not None:
         v["cublas"] = m.cublas_us / m.ours_us >= (CUBLAS_SMALL_M if m.point.batch <= SMALL_M else CUBLAS_ALL)
+    if op == "gemm_situ_and_mul" and m.pair_us is not None:
+        v["pair"] = m.pair_us > m.ours_us
     return v
 
 
@@ -159,8 +166,9 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             works.add(_work(op, p))
             if comp is not None:
                 with_compile.add(_work(op, p))
+            pair = next((c for c in times if c.startswith("cublas+situ")), None)
             latest[p] = Measurement(p, ours, float(row["floor_us"]), src, _median(times, "eager"), comp,
-                                    "", _median(times, "cublas"))
+                                    "", _median(times, "cublas"), _median(times, pair))
     for m in latest.values():
         if m.compile_us is None and m.point in compile_at:
             m.compile_us, m.compile_source = compile_at[m.point]
@@ -204,15 +212,16 @@ def render(c: OpCard) -> str:
     if not c.measured:
         lines.append("no committed benchmark measured this candidate")
     else:
-        head = "| point | eager | torch.compile | cuBLAS | ours | floor | ours/floor | vs compile | targets | source |"
+        head = "| point | eager | torch.compile | cuBLAS [+situ] | ours | floor | ours/floor | vs compile | targets | source |"
         lines += [head, "|---" * 10 + "|"]
         for m in c.measured:
             vs = "-" if m.compile_us is None else \
                 f"{m.compile_us / m.ours_us:.2f}x" + (" (other run)" if m.compile_source else "")
             marks = " ".join(f"{t} {'ok' if ok else 'MISS'}" for t, ok in m.verdicts.items())
-            lines.append(f"| {m.point.label()} | {_f(m.eager_us, 1)} | {_f(m.compile_us)} | {_f(m.cublas_us)} | "
+            base = m.cublas_us if m.cublas_us is not None else m.pair_us
+            lines.append(f"| {m.point.label()} | {_f(m.eager_us, 1)} | {_f(m.compile_us)} | {_f(base)} | "
                          f"{_f(m.ours_us)} | {_f(m.floor_us)} | {m.ours_us / m.floor_us:.2f} | {vs} | {marks} | {m.source} |")
-    summary = [f"{t} met at {a}/{n}" for t in ("floor", "compile", "cublas") for a, n in [c.met(t)] if n]
+    summary = [f"{t} met at {a}/{n}" for t in ("floor", "compile", "cublas", "pair") for a, n in [c.met(t)] if n]
     lines.append(f"{c.op}: {len(c.measured)} points measured; " + ("; ".join(summary) or "nothing judged")
                  + f"; {len(c.unmeasured)} of the {c.scope_points} points of its scope never measured"
                  + (f" (e.g. {', '.join(p.label() for p in c.unmeasured[:4])})" if c.unmeasured else ""))

@@ -112,3 +112,10 @@ def test_cli_errors_and_json(tmp_path):
     assert p.returncode == 2 and "not a folder" in p.stderr
     p = run("--op", "situ_and_mul", "--json")
     assert p.returncode == 0 and json.loads(p.stdout)[0]["op"] == "situ_and_mul"
+
+
+def test_the_fused_op_must_beat_the_pair_it_replaces(sc):
+    m = sc.Measurement(sc.Point(8, 4, "shared_gate_up"), 14.0, 5.0, "f", compile_us=30.0, pair_us=14.5)
+    assert sc.judge("gemm_situ_and_mul", m) == {"floor": False, "compile": True, "pair": True}
+    m.pair_us = 13.9
+    assert sc.judge("gemm_situ_and_mul", m)["pair"] is False
