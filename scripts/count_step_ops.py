@@ -70,8 +70,8 @@ def count(preset: str, layers: int, batch: int, moe_form: str, seed: int = 1) ->
             dec.step(tokens, cache)
     finally:
         object.__setattr__(moe_experts.DEFINITION, "reference", cpu_form)
-    return {"moe_layers": sum(not cfg.is_dense(i) for i in range(cfg.n_layers)), "preset": preset, "layers": layers, "batch": batch, "moe_form": moe_form,
-            "ops_per_step": sum(counts.values()), "by_op": dict(counts.most_common()),
+    return {"preset": preset, "layers": layers, "batch": batch, "moe_form": moe_form,
+            "moe_layers": sum(not cfg.is_dense(i) for i in range(cfg.n_layers)), "ops_per_step": sum(counts.values()), "by_op": dict(counts.most_common()),
             "cpu_step_s": round(time.perf_counter() - t0, 3)}
 
 
