@@ -82,8 +82,9 @@ def reference(lat_in: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.
     return {"out": out.to(torch.bfloat16)}
 
 
-ROWS_PER_CHUNK = 64   # (token, slot) pairs decoded at once: 1 GB of fp32 experts at TP8, the size one
-                      # slot's gather had at B = 64 before chunking; B <= 4 decodes in one chunk
+ROWS_PER_CHUNK = 32   # (token, slot) pairs decoded at once: ~0.6 GB at peak at TP8 (W13 as fp32 and its
+                      # int32 codes), half of what one slot's gather took at B = 64 before chunking:
+                      # seven model gates share one H200 (scripts/gpu/regate.sh). B = 4: two passes
 
 
 def reference_per_slot(lat_in: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
@@ -93,7 +94,7 @@ def reference_per_slot(lat_in: torch.Tensor, topk_ids: torch.Tensor, topk_weight
     a time: no data-dependent host read-back (`unique().tolist()`), so a decode step on the GPU
     can be captured in a CUDA graph. Used for CUDA tensors; tests check it equals the
     per-expert form. Chunks, not one slot per pass: each pass is ~67 torch ops, so the model
-    gate's batch of 4 (64 pairs) costs one pass per MoE layer instead of 16."""
+    gate's batch of 4 (64 pairs) costs two passes per MoE layer instead of 16."""
     b, k = topk_ids.shape
     xs = lat_in.float().repeat_interleave(k, 0)       # pair r = (token r // k, slot r % k)
     ids = topk_ids.long().reshape(-1)

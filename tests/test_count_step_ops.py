@@ -30,13 +30,13 @@ def test_counts_every_op_of_a_tiny_step(cso):
     assert moe_experts.DEFINITION.reference is moe_experts.reference       # the swap is undone
 
 
-def test_moe_reference_is_one_pass_per_layer_at_the_gate_batch(cso):
-    """The CUDA form decodes the gate's 4 x 16 (token, slot) pairs in one chunk: one pass per
-    MoE layer, not one per slot (the 16-pass form dispatched ~1,076 ops per layer)."""
+def test_moe_reference_takes_few_passes_at_the_gate_batch(cso):
+    """The CUDA form decodes the gate's 4 x 16 (token, slot) pairs in chunks of 32: two passes
+    per MoE layer, not one per slot (the 16-pass form dispatched ~1,076 ops per layer)."""
     r = cso.count("tiny", 3, 4, "cuda")
     per_layer = r["by_op"]["moe_experts"] / r["moe_layers"]
-    assert r["moe_layers"] >= 1 and per_layer < 120, r["by_op"]
-    assert moe_experts.ROWS_PER_CHUNK >= 4 * 16
+    assert r["moe_layers"] >= 1 and per_layer < 200, r["by_op"]
+    assert 4 * 16 / moe_experts.ROWS_PER_CHUNK <= 2
 
 
 def test_bad_preset_is_a_clean_error():
