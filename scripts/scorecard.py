@@ -20,7 +20,7 @@ and lists the points of the kernel's scope (B in 1, 2, 4, ..., 64) that no run m
 whose tensors have the shapes of a measured one counts as measured: TP16 of a replicated op). Only
 the lent H200's runs are committed, so every number is an H200 number.
 
-    python scripts/scorecard.py                  # every promoted op
+    python scripts/scorecard.py                  # every promoted op, then the per-layer tables
     python scripts/scorecard.py --op kda_decode --json
 """
 from __future__ import annotations
@@ -94,7 +94,15 @@ def _load(path: Path) -> dict | None:
         data = json.loads(raw)
     except (OSError, lzma.LZMAError, json.JSONDecodeError):
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("ops"), dict) else None
+    return data if isinstance(data, dict) else None
+
+
+def _is_bench(d: dict) -> bool:                 # scripts/gpu/bench_kernels.py
+    return isinstance(d.get("ops"), dict)
+
+
+def _is_layers(d: dict) -> bool:                # scripts/gpu/bench_layers.py
+    return isinstance(d.get("rows"), list) and "config" in d and all("kernels" in r for r in d["rows"])
 
 
 def _commit_time(path: Path, root: Path) -> int:
@@ -106,10 +114,10 @@ def _commit_time(path: Path, root: Path) -> int:
     return int(out) if out.isdigit() else 0
 
 
-def bench_files(results: Path, root: Path) -> list[tuple[Path, dict]]:
-    """Every bench_kernels JSON under `results`, oldest first."""
+def json_files(results: Path, root: Path, kind=_is_bench) -> list[tuple[Path, dict]]:
+    """Every JSON under `results` that `kind` accepts, oldest first."""
     found = [(p, d) for p in sorted(results.rglob("*.json*")) if p.suffix in (".json", ".xz")
-             if (d := _load(p)) is not None]
+             if (d := _load(p)) is not None and kind(d)]
     return sorted(found, key=lambda pd: (_commit_time(pd[0], root), str(pd[0])))
 
 
@@ -198,8 +206,60 @@ def _work(op: str, p: Point) -> str:
 
 def scorecards(root: Path = ROOT, results: Path | None = None, ops: list[str] | None = None) -> list[OpCard]:
     manifest = json.loads((root / "kernels_generated" / "promoted.json").read_text())
-    files = bench_files(results or root / "results", root)
+    files = json_files(results or root / "results", root)
     return [card(e["op"], e["candidate"], e["scope"], files, root) for e in manifest if not ops or e["op"] in ops]
+
+
+@dataclass
+class LayerRow:
+    batch: int
+    layer: int
+    kind: str
+    off_us: float
+    on_us: float
+    kernels_off: int
+    kernels_on: int
+    timing: str                       # "graph" (CUDA-graph replay) or "eager"
+
+
+@dataclass
+class LayerTable:
+    """The issue's per-layer table: per-layer decode time and GPU kernels with the promoted
+    kernels off and on, from the latest scripts/gpu/bench_layers.py run of one model config."""
+    config: str
+    source: str
+    rows: list[LayerRow]
+    kernel_ops: list[str]             # ops whose kernel ran on the "on" side (registry counters)
+
+
+def layer_tables(root: Path = ROOT, results: Path | None = None) -> list[LayerTable]:
+    latest: dict[str, tuple[Path, dict]] = {}
+    for path, data in json_files(results or root / "results", root, _is_layers):   # oldest first
+        latest[data["config"]] = (path, data)
+    out = []
+    for config, (path, data) in sorted(latest.items()):
+        by = {(r["batch"], r["layer"], r["kernels"]): r for r in data["rows"]}
+        rows = []
+        for (b, layer, side), off in sorted(by.items()):
+            on = by.get((b, layer, "on"))
+            if side != "off" or on is None:
+                continue
+            graph = off.get("graph_us") is not None and on.get("graph_us") is not None
+            t = "graph_us" if graph else "eager_us"
+            rows.append(LayerRow(b, layer, f"{off.get('attn', '?')}+{off.get('ffn', '?')}", off[t], on[t],
+                                 off.get("gpu_kernels", 0), on.get("gpu_kernels", 0), "graph" if graph else "eager"))
+        ran = sorted({k.split()[0] for k in data.get("registry", {}).get("on", {}) if " kernel " in f" {k} "})
+        src = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+        out.append(LayerTable(config, src, rows, ran))
+    return out
+
+
+def render_layers(t: LayerTable) -> str:
+    lines = [f"## per layer, {t.config}: kernels off vs on ({t.source}; kernels on for {', '.join(t.kernel_ops) or '-'})",
+             "| B | layer | off us | on us | on/off | kernels off -> on | timing |", "|---" * 7 + "|"]
+    lines += [f"| {r.batch} | {r.layer} {r.kind} | {r.off_us:.1f} | {r.on_us:.1f} | {r.on_us / r.off_us:.2f} | "
+              f"{r.kernels_off} -> {r.kernels_on} | {r.timing} |" for r in t.rows]
+    return "\n".join(lines)
 
 
 # ---- printing --------------------------------------------------------------------------------------
@@ -244,10 +304,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.op and not cards:
         print(f"scorecard: no promoted kernel for {', '.join(a.op)}", file=sys.stderr)
         return 2
+    layers = [] if a.op else layer_tables(ROOT, a.results.resolve() if a.results else None)
     if a.json:
-        print(json.dumps([asdict(c) for c in cards], indent=1))
+        print(json.dumps({"ops": [asdict(c) for c in cards], "layers": [asdict(t) for t in layers]}, indent=1))
     else:
-        print("\n\n".join(render(c) for c in cards))
+        print("\n\n".join([render(c) for c in cards] + [render_layers(t) for t in layers]))
     return 0
 
 

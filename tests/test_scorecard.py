@@ -111,7 +111,8 @@ def test_cli_errors_and_json(tmp_path):
     p = run("--results", str(tmp_path / "missing"))
     assert p.returncode == 2 and "not a folder" in p.stderr
     p = run("--op", "situ_and_mul", "--json")
-    assert p.returncode == 0 and json.loads(p.stdout)[0]["op"] == "situ_and_mul"
+    out = json.loads(p.stdout)
+    assert p.returncode == 0 and [c["op"] for c in out["ops"]] == ["situ_and_mul"] and out["layers"] == []
 
 
 def test_the_fused_op_must_beat_the_pair_it_replaces(sc):
@@ -119,3 +120,29 @@ def test_the_fused_op_must_beat_the_pair_it_replaces(sc):
     assert sc.judge("gemm_situ_and_mul", m) == {"floor": False, "compile": True, "pair": True}
     m.pair_us = 13.9
     assert sc.judge("gemm_situ_and_mul", m)["pair"] is False
+
+
+def _layers(path: Path, config: str, rows: list[tuple], on_ops=("attn_res",)) -> None:
+    path.write_text(json.dumps({
+        "config": config, "rows": [{"layer": layer, "attn": "kda", "ffn": "moe", "batch": b, "kernels": side,
+                                    "eager_us": eager, "graph_us": graph, "gpu_kernels": k}
+                                   for b, layer, side, eager, graph, k in rows],
+        "registry": {"on": {f"{op} kernel in_scope": 3 for op in on_ops} | {"mla_decode fallback no_kernel": 1}}}))
+
+
+def test_the_per_layer_table_pairs_off_and_on(sc, tmp_path):
+    _layers(tmp_path / "a.json", "k3", [(1, 1, "off", 900.0, 300.0, 100), (1, 1, "on", 800.0, 240.0, 40)])
+    _layers(tmp_path / "b.json", "k3", [(8, 2, "off", 900.0, 500.0, 100), (8, 2, "on", 700.0, None, 40),
+                                         (8, 3, "off", 1.0, 1.0, 1)], on_ops=("kda_decode", "attn_res"))
+    [t] = sc.layer_tables(tmp_path, tmp_path)                 # the later file of the config wins
+    assert t.source.endswith("b.json") and t.kernel_ops == ["attn_res", "kda_decode"]
+    [r] = t.rows                                              # layer 3 has no "on" row: left out
+    assert (r.batch, r.layer, r.off_us, r.on_us, r.timing) == (8, 2, 900.0, 700.0, "eager")   # no graph on one side
+    assert "| 8 | 2 kda+moe | 900.0 | 700.0 | 0.78 | 100 -> 40 | eager |" in sc.render_layers(t)
+
+
+def test_the_committed_per_layer_runs_cover_b_1_8_64(sc):
+    tables = {t.config: t for t in sc.layer_tables()}
+    t = tables["k3-tp8-rank"]
+    assert {r.batch for r in t.rows} >= {1, 8, 64} and all(r.kernels_on < r.kernels_off for r in t.rows)
+    assert "moe_router" in t.kernel_ops
