@@ -205,18 +205,49 @@ class Registry:
             **static: str) -> dict[str, torch.Tensor]:
         """Outputs of `op` on `inputs` (STATE tensors included under their input names).
         `static` names the op's static key beyond TP (e.g. shape="kda_in_proj")."""
+        defn, entry, info, point, reason = self._route(op, inputs, tp, static)
+        if reason is not None:
+            return self._fallback(defn, op, inputs, reason)
+        return self._launch(defn, op, entry, info, point, inputs, site)
+
+    def run_selected(self, op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, site: str = "",
+                     **static: str) -> dict[str, torch.Tensor] | None:
+        """`run(...)` where it would call op's kernel (`selects_kernel`), else None with nothing
+        run or counted: the decoder calls a fused op (gemm_situ_and_mul) this way and runs the pair
+        of ops it replaces when it gets None, routing the call once."""
+        defn, entry, info, point, reason = self._route(op, inputs, tp, static)
+        if reason is not None or self._failed_before(entry, info):
+            return None
+        return self._launch(defn, op, entry, info, point, inputs, site)
+
+    def selects_kernel(self, op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, **static: str) -> bool:
+        """Whether `run(op, inputs, tp=tp, **static)` would call op's kernel: one is registered, not
+        disabled, the call is inside its scope and its compile has not failed before. Nothing runs
+        or is counted."""
+        _, entry, info, _, reason = self._route(op, inputs, tp, static)
+        return reason is None and not self._failed_before(entry, info)
+
+    def _route(self, op: str, inputs: Mapping[str, torch.Tensor], tp: int, static: Mapping[str, str]):
+        """(definition, entry, call info, point, reason): reason None when op's kernel is registered,
+        enabled and the call lies inside its scope, else why the call falls back."""
         import reference_impls  # noqa: PLC0415 - reference_impls imports harness.opdef
 
         defn = reference_impls.get(op)
         entry = self._kernels.get(op)
         if entry is None:
-            return self._fallback(defn, op, inputs, Reason.NO_KERNEL)
+            return defn, None, None, None, Reason.NO_KERNEL
         if self.is_disabled(op):
-            return self._fallback(defn, op, inputs, Reason.DISABLED)
+            return defn, entry, None, None, Reason.DISABLED
         info = _call_info(defn, inputs, tp, static)
         reason, point = _scope_check(defn, entry.scope, info, inputs, self._check_shapes)
-        if reason is not None:
-            return self._fallback(defn, op, inputs, reason)
+        return defn, entry, info, point, reason
+
+    @staticmethod
+    def _failed_before(entry: KernelEntry, info: CallInfo) -> bool:
+        return isinstance(entry._compiled.get((info.arch, info.tp, info.static)), BaseException)
+
+    def _launch(self, defn, op: str, entry: KernelEntry, info: CallInfo, point, inputs: Mapping[str, torch.Tensor],
+                site: str) -> dict[str, torch.Tensor]:
         try:
             fn = self._compiled(entry, info)
             outs = _alloc_outputs(defn, inputs, point) if self._check_shapes else _alloc_like_reference(defn, inputs)
@@ -229,23 +260,6 @@ class Registry:
 
         outs.update({s.name: inputs[s.name] for s in defn.inputs if s.role is Role.STATE})
         return outs
-
-    def selects_kernel(self, op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, **static: str) -> bool:
-        """Whether `run(op, inputs, tp=tp, **static)` would call op's kernel: one is registered, not
-        disabled, the call is inside its scope and its compile has not failed before. Nothing runs
-        or is counted. The decoder asks it before a fused op (gemm_situ_and_mul), which it calls
-        only where its kernel runs: elsewhere the pair of ops it replaces keeps their own kernels."""
-        import reference_impls  # noqa: PLC0415
-
-        entry = self._kernels.get(op)
-        if entry is None or self.is_disabled(op):
-            return False
-        defn = reference_impls.get(op)
-        info = _call_info(defn, inputs, tp, static)
-        if isinstance(entry._compiled.get((info.arch, info.tp, info.static)), BaseException):
-            return False
-        reason, _ = _scope_check(defn, entry.scope, info, inputs, self._check_shapes)
-        return reason is None
 
     def _fallback(self, defn, op: str, inputs: Mapping[str, torch.Tensor], reason: Reason):
         self._count(op, Outcome.FALLBACK, reason)

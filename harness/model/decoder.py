@@ -15,7 +15,7 @@ current block, `blocks` the sealed block sums, blocks[0] = the embedding):
   passes `blocks` as the [B, nb, H] view of the [B, max_blocks, H] buffer (not contiguous).
 
 The FFN's gate_up GEMM and SiTU (the shared experts; the dense FFN of layer 1) run as the fused
-op gemm_situ_and_mul where the registry would run its kernel (Registry.selects_kernel), else as
+op gemm_situ_and_mul where the registry would run its kernel (Registry.run_selected), else as
 skinny_gemm then situ_and_mul, the pair it replaces (the same math: its reference is that pair).
 
 With cfg.residual = ADD_NORM (the `-addnorm` presets) the residual is the K2-style pre-norm
@@ -76,9 +76,9 @@ class K3Decoder:
         """situ_and_mul(bf16(h @ w^T)): gemm_situ_and_mul where its kernel would run, else the gate_up
         GEMM and situ_and_mul (so their own kernels keep running wherever the fused one does not)."""
         reg = self.registry or registry_mod.default()
-        inputs = {"x": h, "weight": w}
-        if reg.selects_kernel("gemm_situ_and_mul", inputs, tp=self.cfg.tp, shape=shape):
-            return reg.run("gemm_situ_and_mul", inputs, tp=self.cfg.tp, site=act_site, shape=shape)["out"]
+        fused = reg.run_selected("gemm_situ_and_mul", {"x": h, "weight": w}, tp=self.cfg.tp, site=act_site, shape=shape)
+        if fused is not None:
+            return fused["out"]
         gu = self._gemm(h, w, shape, gemm_site)
         return self._run("situ_and_mul", act_site, gate_up=gu)["out"]
 
