@@ -105,20 +105,31 @@ def _is_layers(d: dict) -> bool:                # scripts/gpu/bench_layers.py
     return isinstance(d.get("rows"), list) and "config" in d and all("kernels" in r for r in d["rows"])
 
 
-def _commit_time(path: Path, root: Path) -> int:
+def _commit_times(root: Path) -> dict[str, int]:
+    """Each tracked file's last commit time (path relative to root), from one `git log`."""
     try:
-        out = subprocess.run(["git", "log", "-1", "--format=%ct", "--", str(path.relative_to(root))],
-                             cwd=root, capture_output=True, text=True, timeout=30).stdout.strip()
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return 0
-    return int(out) if out.isdigit() else 0
+        out = subprocess.run(["git", "log", "--format=%x00%ct", "--name-only"], cwd=root,
+                             capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    times: dict[str, int] = {}
+    for entry in out.split("\0")[1:]:                  # newest commit first: keep the first time seen
+        stamp, *paths = entry.split("\n")
+        for path in filter(None, paths):
+            times.setdefault(path, int(stamp))
+    return times
 
 
-def json_files(results: Path, root: Path, kind=_is_bench) -> list[tuple[Path, dict]]:
-    """Every JSON under `results` that `kind` accepts, oldest first."""
+def _rel(path: Path, root: Path) -> str:
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+
+
+def json_files(results: Path, root: Path) -> list[tuple[Path, dict]]:
+    """Every JSON object under `results` (plain or .xz), oldest commit first (then by path)."""
+    times = _commit_times(root)
     found = [(p, d) for p in sorted(results.rglob("*.json*")) if p.suffix in (".json", ".xz")
-             if (d := _load(p)) is not None and kind(d)]
-    return sorted(found, key=lambda pd: (_commit_time(pd[0], root), str(pd[0])))
+             if (d := _load(p)) is not None]
+    return sorted(found, key=lambda pd: (times.get(_rel(pd[0], root), 0), str(pd[0])))
 
 
 def _median(times: dict, column: str | None) -> float | None:
@@ -157,10 +168,10 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
     in_scope = scope_points(scope)
     runs: dict[str, tuple[set[str], set[str]]] = {}    # file -> (works measured, of them with compile)
     for path, data in files:                                   # oldest first: later files overwrite
-        rec = data["ops"].get(op)
+        rec = data["ops"].get(op) if _is_bench(data) else None
         if not rec:
             continue
-        src = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
+        src = _rel(path, root)
         col = next((label for label, info in rec.get("candidates", {}).items() if info.get("id") == candidate), None)
         for row in rec.get("rows", []):
             p, times = _point(row, scope), row.get("times", {})
@@ -204,9 +215,11 @@ def _work(op: str, p: Point) -> str:
                       sort_keys=True, default=str)
 
 
-def scorecards(root: Path = ROOT, results: Path | None = None, ops: list[str] | None = None) -> list[OpCard]:
+def scorecards(root: Path = ROOT, results: Path | None = None, ops: list[str] | None = None,
+               files: list[tuple[Path, dict]] | None = None) -> list[OpCard]:
+    """`files`: json_files(results, root) when the caller has read them already."""
     manifest = json.loads((root / "kernels_generated" / "promoted.json").read_text())
-    files = json_files(results or root / "results", root)
+    files = json_files(results or root / "results", root) if files is None else files
     return [card(e["op"], e["candidate"], e["scope"], files, root) for e in manifest if not ops or e["op"] in ops]
 
 
@@ -232,25 +245,24 @@ class LayerTable:
     kernel_ops: list[str]             # ops whose kernel ran on the "on" side (registry counters)
 
 
-def layer_tables(root: Path = ROOT, results: Path | None = None) -> list[LayerTable]:
-    latest: dict[str, tuple[Path, dict]] = {}
-    for path, data in json_files(results or root / "results", root, _is_layers):   # oldest first
-        latest[data["config"]] = (path, data)
+def layer_tables(root: Path = ROOT, results: Path | None = None,
+                 files: list[tuple[Path, dict]] | None = None) -> list[LayerTable]:
+    files = json_files(results or root / "results", root) if files is None else files
+    latest = {data["config"]: (path, data) for path, data in files if _is_layers(data)}   # oldest first
     out = []
     for config, (path, data) in sorted(latest.items()):
         by = {(r["batch"], r["layer"], r["kernels"]): r for r in data["rows"]}
         rows = []
-        for (b, layer, side), off in sorted(by.items()):
-            on = by.get((b, layer, "on"))
-            if side != "off" or on is None:
+        for b, layer, side in sorted(by):
+            if side != "off" or (b, layer, "on") not in by:
                 continue
+            off, on = by[b, layer, "off"], by[b, layer, "on"]
             graph = off.get("graph_us") is not None and on.get("graph_us") is not None
             t = "graph_us" if graph else "eager_us"
             rows.append(LayerRow(b, layer, f"{off.get('attn', '?')}+{off.get('ffn', '?')}", off[t], on[t],
                                  off.get("gpu_kernels", 0), on.get("gpu_kernels", 0), "graph" if graph else "eager"))
         ran = sorted({k.split()[0] for k in data.get("registry", {}).get("on", {}) if " kernel " in f" {k} "})
-        src = str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
-        out.append(LayerTable(config, src, rows, ran))
+        out.append(LayerTable(config, _rel(path, root), rows, ran))
     return out
 
 
@@ -300,11 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.results is not None and not a.results.is_dir():
         print(f"scorecard: {a.results} is not a folder", file=sys.stderr)
         return 2
-    cards = scorecards(ROOT, a.results.resolve() if a.results else None, a.op)
+    files = json_files(a.results.resolve() if a.results else ROOT / "results", ROOT)   # read once
+    cards = scorecards(ROOT, ops=a.op, files=files)
     if a.op and not cards:
         print(f"scorecard: no promoted kernel for {', '.join(a.op)}", file=sys.stderr)
         return 2
-    layers = [] if a.op else layer_tables(ROOT, a.results.resolve() if a.results else None)
+    layers = [] if a.op else layer_tables(ROOT, files=files)
     if a.json:
         print(json.dumps({"ops": [asdict(c) for c in cards], "layers": [asdict(t) for t in layers]}, indent=1))
     else:
