@@ -218,7 +218,9 @@ def _work(op: str, p: Point) -> str:
 def scorecards(root: Path = ROOT, results: Path | None = None, ops: list[str] | None = None,
                files: list[tuple[Path, dict]] | None = None) -> list[OpCard]:
     """`files`: json_files(results, root) when the caller has read them already."""
-    manifest = json.loads((root / "kernels_generated" / "promoted.json").read_text())
+    from harness.promotion import read_manifest
+
+    manifest = read_manifest(root)
     files = json_files(results or root / "results", root) if files is None else files
     return [card(e["op"], e["candidate"], e["scope"], files, root) for e in manifest if not ops or e["op"] in ops]
 

@@ -105,11 +105,11 @@ BASELINES = {"skinny_gemm": ("cublas", lambda x, weight: x @ weight.t())}
 def unfused_gate_up_act(tp: int):
     """gemm_situ_and_mul's bar: what the decoder runs without it, cuBLAS's gate_up GEMM then the
     promoted situ_and_mul kernel (torch's SiTU reference when none is promoted): (label, fn)."""
+    from harness.promotion import read_manifest
     from harness.registry import device_arch
     from harness.toolchain import load_compiled
 
-    manifest = ROOT / "kernels_generated" / "promoted.json"
-    entry = next((e for e in json.loads(manifest.read_text()) if e["op"] == "situ_and_mul"), None)
+    entry = next((e for e in read_manifest(ROOT) if e["op"] == "situ_and_mul"), None)
     if entry is None:
         act = reference_impls.get("situ_and_mul").reference
         return "cublas+situ_ref", lambda x, weight: act(x @ weight.t())
