@@ -4,7 +4,8 @@ Per point: >= sets_per_shape fresh random input sets (seeds drawn at run time fr
 recorded) plus adversarial sets (ties for top-k, large magnitudes, all-equal rows); outputs
 pre-filled with NaN (poison) so an unwritten element fails; NaN/Inf fails; inputs compared
 bitwise before/after (no mutation); a second run must be bitwise identical. Tolerances: the
-definition's, capped by the frozen per-dtype ceilings in gate_config.toml. A candidate whose
+definition's, capped by the frozen per-dtype ceilings in gate_config.toml for the dtype the
+output has AT THAT POINT (KDA's state is fp32 or bf16 per point). A candidate whose
 compile or launch raises at a point in scope fails (the exception is the reason, the points
 after it are not tried: a CUDA fault leaves the context unusable); ERROR stays reserved for
 the harness itself failing.
@@ -50,8 +51,19 @@ def decide(samples: list[dict[str, Any]], required: list[str], sets_per_shape: i
     return (Verdict.FAIL if reasons else Verdict.PASS), reasons
 
 
-def effective_tolerances(defn, config) -> dict:
-    """The definition's tolerances capped by the frozen per-dtype ceilings."""
+def output_dtype(defn, spec, point=None) -> str:
+    """The dtype name of output `spec` at `point`: tensors the definition names in
+    extra["state_dtype_tensors"] take the point's state dtype, the rest their spec's dtype."""
+    if point is not None and spec.name in defn.extra.get("state_dtype_tensors", ()):
+        return point.state_dtype
+    return spec.dtype
+
+
+def effective_tolerances(defn, config, point=None) -> dict:
+    """The definition's tolerances capped by the frozen per-dtype ceilings, each output capped by
+    the ceiling of the dtype it has at `point` (without a point: its spec's dtype). A bf16 state
+    held to the fp32 ceiling would fail a kernel one rounding of one element away from the
+    reference (tests/gates/test_numerics_unit_tolerances.py)."""
     from dataclasses import replace
 
     from harness.opdef import CheckKind
@@ -59,9 +71,10 @@ def effective_tolerances(defn, config) -> dict:
     out = {}
     for spec in defn.outputs:
         tol = defn.tolerances[spec.name]
-        if tol.kind in (CheckKind.ALLCLOSE, CheckKind.REL_NORM) and spec.dtype in ("fp32", "bf16"):
-            cap_r = float(config.get("numerics_unit", f"tol_{spec.dtype}_rtol"))
-            cap_a = float(config.get("numerics_unit", f"tol_{spec.dtype}_atol"))
+        dtype = output_dtype(defn, spec, point)
+        if tol.kind in (CheckKind.ALLCLOSE, CheckKind.REL_NORM) and dtype in ("fp32", "bf16"):
+            cap_r = float(config.get("numerics_unit", f"tol_{dtype}_rtol"))
+            cap_a = float(config.get("numerics_unit", f"tol_{dtype}_atol"))
             tol = replace(tol, rtol=min(tol.rtol, cap_r), atol=min(tol.atol, cap_a))
         out[spec.name] = tol
     return out
@@ -140,8 +153,8 @@ def run(ctx: GateContext) -> GateResult:
     if arch not in cand.scope.archs:
         return GateResult(name, Verdict.NOT_RUN, [f"this GPU is {arch}, outside the declared archs {list(cand.scope.archs)}"])
     n_sets = int(ctx.config.get("numerics_unit", "sets_per_shape"))
-    tolerances = effective_tolerances(defn, ctx.config)
     points = scope_points(defn, cand.scope)
+    by_dtype: dict[str, dict] = {}         # the tolerances in force, per state dtype (recorded)
     samples: list[dict[str, Any]] = []
     fns: dict[tuple, Any] = {}
     for pt in points:
@@ -149,6 +162,8 @@ def run(ctx: GateContext) -> GateResult:
         if len(defn.state_dtypes) > 1:
             static["state_dtype"] = pt.state_dtype
         fkey = (pt.tp, tuple(sorted(static.items())))
+        tolerances = effective_tolerances(defn, ctx.config, pt)
+        by_dtype.setdefault(pt.state_dtype, tolerances)
         seed, kind = 0, "compile"
         try:
             if fkey not in fns:
@@ -169,5 +184,6 @@ def run(ctx: GateContext) -> GateResult:
     required = [key(p) for p in points]
     verdict, reasons = decide(samples, required, n_sets)
     numbers = {"arch": arch, "points": required, "sets_per_shape": n_sets, "samples": samples,
-               "tolerances": {k: {"kind": t.kind.value, "rtol": t.rtol, "atol": t.atol} for k, t in tolerances.items()}}
+               "tolerances": {sd: {k: {"kind": t.kind.value, "rtol": t.rtol, "atol": t.atol} for k, t in tols.items()}
+                              for sd, tols in by_dtype.items()}}
     return GateResult(name, verdict, reasons[:50], numbers)

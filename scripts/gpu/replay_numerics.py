@@ -41,10 +41,10 @@ def main() -> None:
 
     defn = reference_impls.get(args.op)
     config = load_config(config_path(paths.root()))
-    tolerances = effective_tolerances(defn, config)
     sdt = args.state_dtype or defn.state_dtypes[0]
     pt = Point(batch=args.batch, tp=args.tp, context=0, routing=RoutingProfile.UNIFORM, state_dtype=sdt,
                shape=args.shape)
+    tolerances = effective_tolerances(defn, config, pt)
     static = {"shape": args.shape} if args.shape else {}
     if len(defn.state_dtypes) > 1:
         static["state_dtype"] = sdt
