@@ -63,3 +63,51 @@ def test_dry_run_changes_nothing(ae, tmp_path):
     done = ae.archive(root, "op_a", "aaaaaaaaaaaa", dry_run=True)
     assert len(done) == 2 and not (root / "results").exists()
     assert len(list((root / "kernels_generated/op_a/aaaaaaaaaaaa/evidence").glob("*.json"))) == 2
+
+
+class _Gate:
+    def __init__(self, gate: str):
+        self.gate = gate
+
+
+class _Rec:
+    def __init__(self, gates: list[str], stale: bool):
+        self.gates = [_Gate(g) for g in gates]
+        self.stale = stale
+
+
+def _fake_evidence(monkeypatch, recs: dict[str, _Rec]):
+    """Records by file name; the hash check is each record's `stale` flag."""
+    from harness import evidence as ev
+
+    def records(root, op, cid):
+        folder = root / "kernels_generated" / op / cid / "evidence"
+        return [(folder / f"{name}.json", recs[name]) for name in sorted(recs)]
+
+    monkeypatch.setattr(ev, "records", records)
+    monkeypatch.setattr(ev, "current_hashes", lambda root, op, cid: {})
+    monkeypatch.setattr(ev, "hash_mismatches", lambda rec, now: ["gate_code differs"] if rec.stale else [])
+
+
+def test_stale_archives_superseded_records_of_a_promoted_candidate(ae, tmp_path, monkeypatch):
+    root = _repo(tmp_path)
+    _fake_evidence(monkeypatch, {
+        "20261129T000000.1Z-vm": _Rec(["static", "perf_sweep"], stale=True),   # old full run
+        "20261130T000000.2Z-vm": _Rec(["static", "perf_sweep"], stale=False),  # its re-gate
+    })
+    folder = root / "kernels_generated/op_a/bbbbbbbbbbbb/evidence"
+    old = (folder / "20261129T000000.1Z-vm.json").read_bytes()
+    done = ae.archive(root, "op_a", "bbbbbbbbbbbb", stale_only=True)
+    assert [a.record.name for a in done] == ["20261129T000000.1Z-vm.json"]
+    assert lzma.decompress(done[0].archive.read_bytes()) == old
+    assert [p.name for p in folder.glob("*.json")] == ["20261130T000000.2Z-vm.json"]
+
+
+def test_stale_keeps_a_record_that_is_the_only_one_of_a_gate(ae, tmp_path, monkeypatch):
+    root = _repo(tmp_path)
+    _fake_evidence(monkeypatch, {
+        "20261129T000000.1Z-vm": _Rec(["static", "perf_sweep"], stale=True),   # perf not re-run yet
+        "20261130T000000.2Z-vm": _Rec(["static"], stale=False),
+    })
+    assert ae.archive(root, "op_a", "bbbbbbbbbbbb", stale_only=True) == []
+    assert len(list((root / "kernels_generated/op_a/bbbbbbbbbbbb/evidence").glob("*.json"))) == 2
