@@ -103,25 +103,33 @@ BASELINES = {"skinny_gemm": ("cublas", lambda x, weight: x @ weight.t())}
 
 
 def unfused_gate_up_act(tp: int):
-    """gemm_situ_and_mul's bar: what the decoder runs without it, cuBLAS's gate_up GEMM then the
-    promoted situ_and_mul kernel (torch's SiTU reference when none is promoted): (label, fn)."""
+    """gemm_situ_and_mul's bar: what the decoder runs without it, cuBLAS's gate_up GEMM then
+    situ_and_mul as the registry routes it: the promoted kernel at the width situ_and_mul is
+    defined for (the shared experts', SHARED_INTER/TP), torch's SiTU reference at any other
+    width (dense_gate_up: the registry's scope check sends it to the reference) or when none is
+    promoted. One label for both, "cublas+situ"; each row's `bar` names what ran: (label, fn)."""
     from harness.promotion import read_manifest
     from harness.registry import device_arch
     from harness.toolchain import load_compiled
 
+    situ = reference_impls.get("situ_and_mul")
+    act = situ.reference
+    width = situ.dims(Point(batch=1, tp=tp))["I"]
     entry = next((e for e in read_manifest(ROOT) if e["op"] == "situ_and_mul"), None)
-    if entry is None:
-        act = reference_impls.get("situ_and_mul").reference
-        return "cublas+situ_ref", lambda x, weight: act(x @ weight.t())
-    kern = load_compiled(ROOT / "kernels_generated" / "situ_and_mul" / entry["candidate"],
-                         device_arch(torch.device("cuda")), tp)
+    kern = None if entry is None else load_compiled(
+        ROOT / "kernels_generated" / "situ_and_mul" / entry["candidate"], device_arch(torch.device("cuda")), tp)
 
     def run(x, weight):
         gate_up = x @ weight.t()
-        out = torch.empty((x.shape[0], weight.shape[0] // 2), dtype=torch.bfloat16, device=x.device)
+        if kern is None or weight.shape[0] // 2 != width:
+            return act(gate_up)["out"]
+        out = torch.empty((x.shape[0], width), dtype=torch.bfloat16, device=x.device)
         kern(gate_up=gate_up, out=out)
         return out
-    return f"cublas+situ:{entry['candidate'][:6]}", run
+    run.activation_for = lambda weight_rows: (                        # what a row's bar ran
+        f"situ_and_mul:{entry['candidate'][:12]}" if kern is not None and weight_rows // 2 == width
+        else "situ_and_mul:reference")
+    return "cublas+situ", run
 
 
 # baselines that depend on TP (built once per TP)
@@ -221,6 +229,8 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
             if tp not in tp_baselines:
                 tp_baselines[tp] = TP_BASELINES[op](tp)
             baseline = tp_baselines[tp]
+        if baseline is not None:
+            rec["baseline"] = baseline[0]
         row: dict = {"tp": tp, "batch": b, "shape": point.shape,
                      "state_dtype": point.state_dtype if len(defn.state_dtypes) > 1 else "",
                      "min_bytes": defn.min_bytes(point)}
@@ -233,6 +243,8 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
             impls["compile"] = lambda i, s=sets: compiled_ref(**s[i])
         if baseline is not None:
             impls[baseline[0]] = lambda i, s=sets, f=baseline[1]: f(**s[i])
+            if hasattr(baseline[1], "activation_for"):
+                row["bar_activation"] = baseline[1].activation_for(sets[0]["weight"].shape[0])
         for label, (mod, cache) in loaded.items():
             info = rec["candidates"][label]
             if not in_scope(by_label[label], point):
@@ -291,7 +303,7 @@ def print_table(rec: dict, launch_us: float | None = None) -> None:
     candidate's % of it and its speedup over torch.compile; with the launch floor (us) also
     floor + launch and the best candidate's time over that."""
     labels = list(rec["candidates"])
-    base = BASELINES.get(rec["op"], (None,))[0]
+    base = rec.get("baseline") or BASELINES.get(rec["op"], (None,))[0]
     print(f"\n== {rec['op']} ==  (us, CUDA-graph replay, median; floor = min_bytes / measured copy bandwidth"
           + (f"; launch = {launch_us:.2f} us, an empty 128-CTA kernel" if launch_us else "") + ")")
     extra = [h for h, key in (("shape", "shape"), ("state", "state_dtype")) if any(r.get(key) for r in rec["rows"])]

@@ -120,3 +120,32 @@ def test_table_marks_points_whose_rotation_stays_in_l2(bench, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[3].split("|")[1].strip() == "1*" and lines[4].split("|")[1].strip() == "64"
     assert sum(line.startswith("  B*: the rotated inputs") for line in lines) == 1
+
+
+def test_unfused_bar_without_a_promoted_situ_is_cublas_then_the_reference(bench, monkeypatch):
+    import torch
+
+    import harness.promotion
+    monkeypatch.setattr(harness.promotion, "read_manifest", lambda root: [])
+    label, run = bench.unfused_gate_up_act(16)
+    assert label == "cublas+situ"
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 64, generator=gen).to(torch.bfloat16)
+    w = torch.randn(2 * 384, 64, generator=gen).to(torch.bfloat16)
+    want = reference_impls.get("situ_and_mul").reference(x @ w.t())["out"]
+    assert torch.equal(run(x, w), want)
+    assert run.activation_for(2 * 384) == "situ_and_mul:reference"
+
+
+def test_table_shows_the_bar_column_of_a_tp_dependent_baseline(bench, capsys):
+    t = lambda us: {"median_us": us}  # noqa: E731
+    rec = {"op": "gemm_situ_and_mul", "baseline": "cublas+situ",
+           "candidates": {"k:abc": {"id": "abc", "check": {"B=1": {"ok": True, "summary": ""}}}},
+           "rows": [{"tp": 8, "batch": 1, "shape": "shared_gate_up", "floor_us": 5.0,
+                     "times": {"eager": t(60.0), "compile": t(30.0), "cublas+situ": t(12.0), "k:abc": t(10.0)}}]}
+    bench.print_table(rec)
+    head, row = capsys.readouterr().out.splitlines()[2:4]
+    cols = [c.strip() for c in head.split("|")]
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[cols.index("cublas+situ")] == "12.00"
+    assert cells[cols.index("best vs cublas+situ")] == "1.20"
