@@ -116,9 +116,11 @@ def register(app: typer.Typer) -> None:
         if model_config is None:
             from harness.toolchain.evaluate import gpu_available
 
-            from harness.model.config import gate_model_config
+            from harness.model.config import gate_model_config_for
+            from harness.toolchain.candidate import load_candidate
 
-            model_config = gate_model_config(op) if gpu_available() else "tiny"
+            scope_tp = load_candidate(op, root / "kernels_generated" / op / cid).scope.tp
+            model_config = gate_model_config_for(op, scope_tp) if gpu_available() else "tiny"
         _check_model_config(model_config)
         ctx = GateContext(op=op, candidate_id=cid, root=root, config=config, base=base, model_config=model_config)
         done: list = []                  # the gates finished so far, kept if the run is cut short

@@ -12,6 +12,8 @@ residual: the decode path on which an add_rmsnorm kernel runs (numerics_model, l
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import enum
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -159,3 +161,11 @@ def gate_model_config(op: str, tp: int = 8) -> str:
     for add_rmsnorm (the AttnRes path never calls it), the K3 one for every other op."""
     base = f"k3-tp{tp}-rank"
     return base + ADD_NORM_SUFFIX if op == Residual.ADD_NORM.value else base
+
+
+def gate_model_config_for(op: str, scope_tp: Sequence[int]) -> str:
+    """gate_model_config at the TP a candidate's scope runs in: TP8 when its scope has it (the
+    model gate's reference point), else its smallest TP. A kernel scoped to TP16 alone never runs
+    on the TP8 rank preset, so numerics_model there would not exercise it."""
+    tps = sorted(set(int(t) for t in scope_tp)) or [8]
+    return gate_model_config(op, 8 if 8 in tps else tps[0])

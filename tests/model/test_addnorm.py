@@ -8,7 +8,7 @@ import torch
 
 from harness.errors import UserError
 from harness.model import PRESETS, DecodeCache, K3Decoder, Residual, get_config, init_weights
-from harness.model.config import gate_model_config
+from harness.model.config import gate_model_config, gate_model_config_for
 from harness.registry import KernelScope, Outcome, Reason, Registry
 from graph_checks import assert_graph_step_matches_eager
 
@@ -47,6 +47,11 @@ def test_addnorm_presets_are_the_same_widths_with_the_k2_residual():
         get_config("tiny-addnorm", 0)
     assert gate_model_config("add_rmsnorm") == "k3-tp8-rank-addnorm"
     assert gate_model_config("moe_router") == "k3-tp8-rank" and gate_model_config("attn_res", 16) == "k3-tp16-rank"
+    # at the candidate's TP: TP8 when its scope has it, else its smallest (a TP16-only kernel
+    # never runs on the TP8 preset)
+    assert gate_model_config_for("gemm_situ_and_mul", (8, 16)) == "k3-tp8-rank"
+    assert gate_model_config_for("gemm_situ_and_mul", (16,)) == "k3-tp16-rank"
+    assert gate_model_config_for("add_rmsnorm", (16,)) == "k3-tp16-rank-addnorm"
 
 
 # ---- (a) the decode path calls add_rmsnorm, never attn_res ----------------------------------
