@@ -116,11 +116,9 @@ def register(app: typer.Typer) -> None:
         if model_config is None:
             from harness.toolchain.evaluate import gpu_available
 
-            from harness.model.config import gate_model_config_for
-            from harness.toolchain.candidate import load_candidate
+            from harness.model.config import candidate_gate_model_config
 
-            scope_tp = load_candidate(op, root / "kernels_generated" / op / cid).scope.tp
-            model_config = gate_model_config_for(op, scope_tp) if gpu_available() else "tiny"
+            model_config = candidate_gate_model_config(root, op, cid) if gpu_available() else "tiny"
         _check_model_config(model_config)
         ctx = GateContext(op=op, candidate_id=cid, root=root, config=config, base=base, model_config=model_config)
         done: list = []                  # the gates finished so far, kept if the run is cut short

@@ -51,20 +51,17 @@ def run_full_gates(op: str, candidate_id: str, model_config: str | None = None) 
     """Run every gate, write the evidence record, return {verdicts, passed, evidence}.
     Isolation judges the PR-shaped change (isolation_as_pr); without a GPU the GPU gates are
     NOT_RUN at once (the real config needs a CUDA GPU). `model_config` defaults to the
-    K3 rank preset whose decode path calls `op`, at the candidate's TP (gate_model_config_for, as
-    scripts/gpu/gate.sh);
+    K3 rank preset whose decode path calls `op`, at the candidate's TP (candidate_gate_model_config,
+    as scripts/gpu/gate.sh);
     "tiny" is only a smoke that the gates report NOT_RUN, with which no candidate could pass."""
     from gates import ALL_GATES, GateContext, GateName
     from gates.config import config_path, load_config
     from gates.suite import gpu_available, run_gates
     from harness import evidence
-    from harness.model.config import gate_model_config_for
-    from harness.toolchain.candidate import load_candidate
+    from harness.model.config import candidate_gate_model_config
 
     root = paths.root()
-    if model_config is None:
-        scope_tp = load_candidate(op, root / "kernels_generated" / op / candidate_id).scope.tp
-        model_config = gate_model_config_for(op, scope_tp)
+    model_config = model_config or candidate_gate_model_config(root, op, candidate_id)
     cfg = load_config(config_path(root))
     ctx = GateContext(op=op, candidate_id=candidate_id, root=root, config=cfg,
                       device="cuda" if gpu_available() else "cpu", model_config=model_config)

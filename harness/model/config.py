@@ -13,6 +13,7 @@ residual: the decode path on which an add_rmsnorm kernel runs (numerics_model, l
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import enum
 from dataclasses import dataclass, replace
@@ -167,5 +168,12 @@ def gate_model_config_for(op: str, scope_tp: Sequence[int]) -> str:
     """gate_model_config at the TP a candidate's scope runs in: TP8 when its scope has it (the
     model gate's reference point), else its smallest TP. A kernel scoped to TP16 alone never runs
     on the TP8 rank preset, so numerics_model there would not exercise it."""
-    tps = sorted(set(int(t) for t in scope_tp)) or [8]
-    return gate_model_config(op, 8 if 8 in tps else tps[0])
+    return gate_model_config(op, 8 if not scope_tp or 8 in scope_tp else min(scope_tp))
+
+
+def candidate_gate_model_config(root: Path, op: str, candidate_id: str) -> str:
+    """gate_model_config_for at the scope of kernels_generated/<op>/<candidate_id>: the default
+    preset of `harness gate`, the agent's gating and scripts/gpu/gate.sh."""
+    from harness.toolchain.candidate import load_candidate  # noqa: PLC0415 - loaded only when asked
+
+    return gate_model_config_for(op, load_candidate(op, root / "kernels_generated" / op / candidate_id).scope.tp)

@@ -119,16 +119,18 @@ def unfused_gate_up_act(tp: int):
     kern = None if entry is None else load_compiled(
         ROOT / "kernels_generated" / "situ_and_mul" / entry["candidate"], device_arch(torch.device("cuda")), tp)
 
+    def kernel_runs(weight_rows: int) -> bool:
+        return kern is not None and weight_rows // 2 == width
+
     def run(x, weight):
         gate_up = x @ weight.t()
-        if kern is None or weight.shape[0] // 2 != width:
+        if not kernel_runs(weight.shape[0]):
             return act(gate_up)["out"]
         out = torch.empty((x.shape[0], width), dtype=torch.bfloat16, device=x.device)
         kern(gate_up=gate_up, out=out)
         return out
     run.activation_for = lambda weight_rows: (                        # what a row's bar ran
-        f"situ_and_mul:{entry['candidate'][:12]}" if kern is not None and weight_rows // 2 == width
-        else "situ_and_mul:reference")
+        f"situ_and_mul:{entry['candidate'][:12]}" if kernel_runs(weight_rows) else "situ_and_mul:reference")
     return "cublas+situ", run
 
 

@@ -36,13 +36,8 @@ shift
 CANDS=("$@")
 [ ${#CANDS[@]} -eq 0 ] && { echo "usage: gate.sh OP CANDIDATE_ID..." >&2; exit 2; }
 # default: the preset whose decode path calls OP, at the first candidate's TP (TP8 when its scope
-# has it, else its smallest: harness.model.config.gate_model_config_for)
-MODEL_CONFIG=${MODEL_CONFIG:-$(python3 -c '
-import sys; from pathlib import Path
-from harness.model.config import gate_model_config_for as g
-from harness.toolchain.candidate import load_candidate
-op, cid = sys.argv[1:3]
-print(g(op, load_candidate(op, Path("kernels_generated") / op / cid).scope.tp))' "$OP" "${CANDS[0]}")}
+# has it, else its smallest: harness.model.config.candidate_gate_model_config)
+MODEL_CONFIG=${MODEL_CONFIG:-$(python3 -c 'import sys; from pathlib import Path; from harness.model.config import candidate_gate_model_config as g; print(g(Path.cwd(), *sys.argv[1:3]))' "$OP" "${CANDS[0]}")}
 
 {
   echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null)"

@@ -3,12 +3,14 @@ add_rmsnorm through the registry, its residual bookkeeping matches a hand comput
 the default (AttnRes) path never calls it."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from harness.errors import UserError
 from harness.model import PRESETS, DecodeCache, K3Decoder, Residual, get_config, init_weights
-from harness.model.config import gate_model_config, gate_model_config_for
+from harness.model.config import candidate_gate_model_config, gate_model_config, gate_model_config_for
 from harness.registry import KernelScope, Outcome, Reason, Registry
 from graph_checks import assert_graph_step_matches_eager
 
@@ -52,6 +54,9 @@ def test_addnorm_presets_are_the_same_widths_with_the_k2_residual():
     assert gate_model_config_for("gemm_situ_and_mul", (8, 16)) == "k3-tp8-rank"
     assert gate_model_config_for("gemm_situ_and_mul", (16,)) == "k3-tp16-rank"
     assert gate_model_config_for("add_rmsnorm", (16,)) == "k3-tp16-rank-addnorm"
+    root = Path(__file__).resolve().parents[2]                  # committed candidates' scopes
+    assert candidate_gate_model_config(root, "gemm_situ_and_mul", "389f7ccfe20c") == "k3-tp16-rank"
+    assert candidate_gate_model_config(root, "add_rmsnorm", "48258db76dd2") == "k3-tp8-rank-addnorm"
 
 
 # ---- (a) the decode path calls add_rmsnorm, never attn_res ----------------------------------
