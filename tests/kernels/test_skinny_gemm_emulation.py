@@ -101,3 +101,29 @@ def test_emulation_matches_reference(params_json, shape, tp, batch):
     got = {"out": emulate(m, inputs["x"], inputs["weight"])}
     res = compare(defn, got, ref)
     assert res.ok, res.summary()
+
+
+def _ring_points():
+    return [pytest.param(json.dumps(p["params"], sort_keys=True), id=p["label"])
+            for p in _points() if p["params"].get("ring")]
+
+
+@pytest.mark.parametrize("params_json", _ring_points())
+def test_ring_runs_only_exact_plans_and_walks_the_slice_in_order(params_json):
+    """ring=True: the small kernel unrolls j = 0 .. KB-1 over block s*KB + j, which is the slice's
+    list only when no slice is short (KB * CK * WARPS == KBT); elsewhere it must keep the chunk loop."""
+    m = _mod(params_json)
+    seen = {True: 0, False: 0}
+    for shape, tp in _each_shape():
+        k, n = gemm_kn(shape, tp)
+        p = m.plan(k, n)
+        exact = p.kb * p.ck * m.WARPS == p.kbt
+        assert m.SkinnyGemm(p, m.SMALL_M // 8, m.UNROLL, True).ring is exact
+        assert m.SkinnyGemm(p, m.SMALL_M // 8, m.UNROLL, False).ring is False
+        seen[exact] += 1
+        if exact:
+            for rank in range(p.ck):
+                for warp in range(m.WARPS):
+                    s = rank * m.WARPS + warp
+                    assert m.slice_blocks(p, rank, warp, m.UNROLL) == [s * p.kb + j for j in range(p.kb)]
+    assert seen[True] and seen[False], seen      # both paths occur among the K3 shapes
