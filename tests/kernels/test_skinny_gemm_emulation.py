@@ -127,3 +127,54 @@ def test_ring_runs_only_exact_plans_and_walks_the_slice_in_order(params_json):
                     s = rank * m.WARPS + warp
                     assert m.slice_blocks(p, rank, warp, m.UNROLL) == [s * p.kb + j for j in range(p.kb)]
     assert seen[True] and seen[False], seen      # both paths occur among the K3 shapes
+
+
+class _AltView:
+    """A module with an ALT plan, seen through that plan: plan(), WARPS and UNROLL are the ALT
+    ones, so the emulation above walks the ALT small kernel's slices."""
+
+    def __init__(self, m):
+        self._m = m
+        self.WARPS, self.UNROLL = m.ALT_WARPS, m.ALT_UNROLL
+
+    def __getattr__(self, name):
+        return getattr(self._m, name)
+
+    def plan(self, k: int, n: int):
+        return self._m.plan(k, n, alt=True)
+
+
+def _alt_points():
+    return [pytest.param(json.dumps(p["params"], sort_keys=True), id=p["label"])
+            for p in _points() if p["params"].get("alt_shapes")]
+
+
+@pytest.mark.parametrize("params_json", _alt_points())
+def test_alt_plan_covers_every_block_and_only_its_shapes(params_json):
+    m = _mod(params_json)
+    named = {s.strip() for s in json.loads(params_json)["alt_shapes"].split(",")}
+    for shape, tp in _each_shape():
+        assert m.uses_alt(shape, tp) is (shape in named or f"{shape}@{tp}" in named)
+        k, n = gemm_kn(shape, tp)
+        main, alt = m.plan(k, n), m.plan(k, n, alt=True)
+        assert (main.warps, main.unroll, main.ring) == (m.WARPS, m.UNROLL, m.RING)
+        assert (alt.warps, alt.unroll, alt.ring) == (m.ALT_WARPS, m.ALT_UNROLL, m.ALT_RING)
+        assert alt.ck <= m.ALT_MAX_CLUSTER
+        seen = torch.zeros(alt.kbt, dtype=torch.int32)
+        for rank in range(alt.ck):
+            for warp in range(alt.warps):
+                for b in m.slice_blocks(alt, rank, warp, alt.unroll):
+                    seen[b] += 1
+        assert bool((seen == 1).all()), (shape, tp)
+
+
+@pytest.mark.parametrize("params_json", _alt_points())
+@pytest.mark.parametrize("tp,batch", [(8, 1), (16, 5)])
+def test_alt_plan_emulation_matches_reference(params_json, tp, batch):
+    m = _mod(params_json)
+    shape = next(s.strip().split("@")[0] for s in json.loads(params_json)["alt_shapes"].split(","))
+    defn = reference_impls.get("skinny_gemm")
+    inputs = defn.make_inputs(Point(tp=tp, batch=batch, shape=shape), torch.Generator().manual_seed(batch), "cpu")
+    got = {"out": emulate(_AltView(m), inputs["x"], inputs["weight"])}
+    res = compare(defn, got, defn.run_reference(inputs))
+    assert res.ok, res.summary()
