@@ -20,6 +20,11 @@ and lists the points of the kernel's scope (B in 1, 2, 4, ..., 64) that no run m
 whose tensors have the shapes of a measured one counts as measured: TP16 of a replicated op). Only
 the lent H200's runs are committed, so every number is an H200 number.
 
+Each point's floor target is also judged reachable or not: bench_kernels.py's CUDA-graph timing
+charges even an empty kernel its run's `launch_floor_us`, so where floor + launch exceeds the
+target (moe_router's ~3.2 us floor: 4.16 us target) no kernel can meet it under that timing; such
+misses are marked "floor MISS*", and a run that did not record the launch floor leaves it unknown.
+
     python scripts/scorecard.py                  # every promoted op, then the per-layer tables
     python scripts/scorecard.py --op kda_decode --json
 """
@@ -68,7 +73,17 @@ class Measurement:
     compile_source: str = ""                  # "" when from the same row
     cublas_us: float | None = None
     pair_us: float | None = None
+    launch_floor_us: float | None = None      # the source run's empty-kernel time; None: not recorded
     verdicts: dict[str, bool] = field(default_factory=dict)
+    target_us: float = field(init=False)      # the floor target's limit on ours
+    reachable: bool | None = field(init=False)   # floor + launch <= target; None: launch unknown
+
+    def __post_init__(self) -> None:
+        self.target_us = floor_target_us(self.floor_us)
+        self.reachable = floor_reachable(self.floor_us, self.launch_floor_us, self.target_us)
+
+    def floor_plus_launch_us(self) -> float | None:
+        return None if self.launch_floor_us is None else self.floor_us + self.launch_floor_us
 
 
 @dataclass
@@ -85,6 +100,11 @@ class OpCard:
     def met(self, target: str) -> tuple[int, int]:
         judged = [m.verdicts[target] for m in self.measured if target in m.verdicts]
         return sum(judged), len(judged)
+
+    def floor_misses(self) -> tuple[int, int, int]:
+        """The floor target's misses: (unreachable, reachable, unknown) under the harness's timing."""
+        reach = [m.reachable for m in self.measured if m.verdicts.get("floor") is False]
+        return reach.count(False), reach.count(True), reach.count(None)
 
 
 # ---- reading ---------------------------------------------------------------------------------------
@@ -132,6 +152,12 @@ def json_files(results: Path, root: Path) -> list[tuple[Path, dict]]:
     return sorted(found, key=lambda pd: (times.get(_rel(pd[0], root), 0), str(pd[0])))
 
 
+def _launch_floor_us(data: dict) -> float | None:
+    """The empty-kernel time bench_kernels.py recorded for the run, or None (older runs)."""
+    t = data.get("launch_floor_us")
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+
+
 def _median(times: dict, column: str | None) -> float | None:
     t = times.get(column) if column else None
     return float(t["median_us"]) if isinstance(t, dict) and "median_us" in t else None
@@ -145,8 +171,19 @@ def _point(row: dict, scope: dict) -> Point:
 
 
 # ---- judging ---------------------------------------------------------------------------------------
+def floor_target_us(floor_us: float) -> float:
+    """The most ours may take at a point with this HBM floor."""
+    return FLOOR_FACTOR * floor_us if floor_us >= FLOOR_LIMIT_US else SMALL_CAP_US
+
+
+def floor_reachable(floor_us: float, launch_floor_us: float | None, target_us: float) -> bool | None:
+    """Whether any kernel could meet the floor target under a timing that charges launch_floor_us
+    to an empty kernel; None when the run did not record it."""
+    return None if launch_floor_us is None else floor_us + launch_floor_us <= target_us
+
+
 def judge(op: str, m: Measurement) -> dict[str, bool]:
-    v = {"floor": (m.ours_us <= FLOOR_FACTOR * m.floor_us) if m.floor_us >= FLOOR_LIMIT_US else m.ours_us <= SMALL_CAP_US}
+    v = {"floor": m.ours_us <= m.target_us}
     if op in COMPILE_FACTOR and m.compile_us is not None:
         v["compile"] = m.compile_us / m.ours_us >= COMPILE_FACTOR[op]
     if op == "skinny_gemm" and m.cublas_us is not None:
@@ -171,7 +208,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
         rec = data["ops"].get(op) if _is_bench(data) else None
         if not rec:
             continue
-        src = _rel(path, root)
+        src, launch_us = _rel(path, root), _launch_floor_us(data)
         col = next((label for label, info in rec.get("candidates", {}).items() if info.get("id") == candidate), None)
         for row in rec.get("rows", []):
             p, times = _point(row, scope), row.get("times", {})
@@ -187,7 +224,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
                 with_compile.add(_work(op, p))
             pair = next((c for c in times if c.startswith("cublas+situ")), None)
             latest[p] = Measurement(p, ours, float(row["floor_us"]), src, _median(times, "eager"), comp,
-                                    "", _median(times, "cublas"), _median(times, pair))
+                                    "", _median(times, "cublas"), _median(times, pair), launch_us)
     for m in latest.values():
         if m.compile_us is None and m.point in compile_at:
             m.compile_us, m.compile_source = compile_at[m.point]
@@ -281,21 +318,45 @@ def _f(x: float | None, nd: int = 2) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
 
+UNREACHABLE_LEGEND = (f"floor MISS*: unreachable under this timing, floor+launch (the run's empty-kernel time) "
+                      f"already exceeds the target ({FLOOR_FACTOR} x floor, or {SMALL_CAP_US:g} us under a "
+                      f"{FLOOR_LIMIT_US:g} us floor)")
+
+
+def _mark(target: str, ok: bool, m: Measurement) -> str:
+    if ok:
+        return f"{target} ok"
+    return f"{target} MISS" + ("*" if target == "floor" and m.reachable is False else "")
+
+
+def _floor_misses_note(c: OpCard) -> str:
+    unreachable, reachable, unknown = c.floor_misses()
+    missed = unreachable + reachable + unknown
+    if not missed:
+        return ""
+    return f" ({missed} missed: {unreachable} unreachable, {reachable} reachable, {unknown} unknown)"
+
+
 def render(c: OpCard) -> str:
     lines = [f"## {c.op}: promoted {c.candidate}"]
     if not c.measured:
         lines.append("no committed benchmark measured this candidate")
     else:
-        head = "| point | eager | torch.compile | cuBLAS [+situ] | ours | floor | ours/floor | vs compile | targets | source |"
-        lines += [head, "|---" * 10 + "|"]
+        head = ("| point | eager | torch.compile | cuBLAS [+situ] | ours | floor | floor+launch | ours/floor "
+                "| vs compile | targets | source |")
+        lines += [head, "|---" * 11 + "|"]
         for m in c.measured:
             vs = "-" if m.compile_us is None else \
                 f"{m.compile_us / m.ours_us:.2f}x" + (" (other run)" if m.compile_source else "")
-            marks = " ".join(f"{t} {'ok' if ok else 'MISS'}" for t, ok in m.verdicts.items())
+            marks = " ".join(_mark(t, ok, m) for t, ok in m.verdicts.items())
             base = m.cublas_us if m.cublas_us is not None else m.pair_us
             lines.append(f"| {m.point.label()} | {_f(m.eager_us, 1)} | {_f(m.compile_us)} | {_f(base)} | "
-                         f"{_f(m.ours_us)} | {_f(m.floor_us)} | {m.ours_us / m.floor_us:.2f} | {vs} | {marks} | {m.source} |")
-    summary = [f"{t} met at {a}/{n}" for t in ("floor", "compile", "cublas", "pair") for a, n in [c.met(t)] if n]
+                         f"{_f(m.ours_us)} | {_f(m.floor_us)} | {_f(m.floor_plus_launch_us())} | "
+                         f"{m.ours_us / m.floor_us:.2f} | {vs} | {marks} | {m.source} |")
+        if c.floor_misses()[0]:
+            lines.append(UNREACHABLE_LEGEND)
+    summary = [f"{t} met at {a}/{n}" + (_floor_misses_note(c) if t == "floor" else "")
+               for t in ("floor", "compile", "cublas", "pair") for a, n in [c.met(t)] if n]
     lines.append(f"{c.op}: {len(c.measured)} points measured; " + ("; ".join(summary) or "nothing judged")
                  + f"; {len(c.unmeasured)} of the {c.scope_points} points of its scope never measured"
                  + (f" (e.g. {', '.join(p.label() for p in c.unmeasured[:4])})" if c.unmeasured else ""))

@@ -22,8 +22,9 @@ def sc():
     return scorecard
 
 
-def _m(sc, op, batch, ours, floor, compile_us=None, cublas=None):
-    return sc.Measurement(sc.Point(8, batch), ours, floor, "f", compile_us=compile_us, cublas_us=cublas)
+def _m(sc, op, batch, ours, floor, compile_us=None, cublas=None, launch_us=None):
+    return sc.Measurement(sc.Point(8, batch), ours, floor, "f", compile_us=compile_us, cublas_us=cublas,
+                          launch_floor_us=launch_us)
 
 
 def test_floor_target_has_two_regimes(sc):
@@ -32,6 +33,23 @@ def test_floor_target_has_two_regimes(sc):
     assert sc.judge("kda_decode", _m(sc, "kda_decode", 64, 25.9, 20.0))["floor"]      # 1.3 x 20 = 26
     assert not sc.judge("kda_decode", _m(sc, "kda_decode", 64, 26.1, 20.0))["floor"]
     assert not sc.judge("kda_decode", _m(sc, "kda_decode", 64, 2.7, 2.0))["floor"]    # floor 2 us: 2.6, not 3
+
+
+def test_floor_reachability_in_both_regimes(sc):
+    launch_us = 1.1
+    small_ok = _m(sc, "attn_res", 1, 3.5, 0.5, launch_us=launch_us)           # 0.5 + 1.1 <= the 3 us cap
+    small_no = _m(sc, "attn_res", 1, 3.5, 1.95, launch_us=launch_us)          # 1.95 + 1.1 > 3
+    large_ok = _m(sc, "kda_decode", 64, 6.0, 4.0, launch_us=launch_us)        # 4.0 + 1.1 <= 1.3 x 4.0
+    large_no = _m(sc, "moe_router", 1, 8.7, 3.2, launch_us=launch_us)         # 3.2 + 1.1 > 1.3 x 3.2
+    assert small_ok.target_us == small_no.target_us == sc.SMALL_CAP_US
+    assert large_ok.target_us == pytest.approx(sc.FLOOR_FACTOR * 4.0)
+    assert large_no.target_us == pytest.approx(sc.FLOOR_FACTOR * 3.2)
+    reach = [m.reachable for m in (small_ok, small_no, large_ok, large_no)]
+    assert reach == [True, False, True, False]
+    assert large_no.floor_plus_launch_us() == pytest.approx(3.2 + launch_us)
+    unknown = _m(sc, "moe_router", 1, 8.7, 3.2)                                  # the run did not record it
+    assert unknown.reachable is None and unknown.floor_plus_launch_us() is None
+    assert unknown.target_us == large_no.target_us
 
 
 def test_compile_and_cublas_targets(sc):
@@ -45,28 +63,37 @@ def test_compile_and_cublas_targets(sc):
     assert small["cublas"] is False and large["cublas"] is True                      # 5% at M <= 8, 0% above
 
 
-def _bench(path: Path, rows: list[dict], cand_id: str = "abc123def456") -> None:
+def _bench(path: Path, rows: list[dict], cand_id: str = "abc123def456",
+           launch_floor_us: float | None = None) -> None:
     data = {"device": "H200", "arch": "sm_90a", "torch": "x", "bandwidth_bytes_per_s": 4e12,
             "ops": {"situ_and_mul": {"op": "situ_and_mul", "candidates": {"fam:abc123": {"id": cand_id}},
                                      "rows": rows, "wall_s": 1.0}}}
+    if launch_floor_us is not None:
+        data["launch_floor_us"] = launch_floor_us
     raw = json.dumps(data).encode()
     path.write_bytes(lzma.compress(raw) if path.suffix == ".xz" else raw)
 
 
-def _row(batch, ours, compile_us=None, state_dtype=""):
+def _row(batch, ours, compile_us=None, state_dtype="", floor_us=0.01):
     times = {"eager": {"median_us": 15.0}, "fam:abc123": {"median_us": ours}}
     if compile_us is not None:
         times["compile"] = {"median_us": compile_us}
-    return {"tp": 8, "batch": batch, "shape": "", "state_dtype": state_dtype, "floor_us": 0.01, "times": times}
+    return {"tp": 8, "batch": batch, "shape": "", "state_dtype": state_dtype, "floor_us": floor_us, "times": times}
 
 
-def test_latest_run_wins_and_gaps_are_listed(sc, tmp_path):
+def _results(tmp_path: Path, batch: list[int]) -> Path:
+    """A promoted situ_and_mul at TP8 over `batch` in tmp_path; returns its empty results folder."""
     (tmp_path / "kernels_generated").mkdir()
-    scope = {"archs": ["sm_90a"], "tp": [8], "batch": [1, 4], "dtypes": ["bf16"], "state_dtypes": [], "shapes": []}
+    scope = {"archs": ["sm_90a"], "tp": [8], "batch": batch, "dtypes": ["bf16"], "state_dtypes": [], "shapes": []}
     (tmp_path / "kernels_generated" / "promoted.json").write_text(
         json.dumps([{"op": "situ_and_mul", "candidate": "abc123def456", "scope": scope}]))
     res = tmp_path / "results"
     res.mkdir()
+    return res
+
+
+def test_latest_run_wins_and_gaps_are_listed(sc, tmp_path):
+    res = _results(tmp_path, [1, 4])
     _bench(res / "a_old.json.xz", [_row(1, 2.0, compile_us=1.5, state_dtype="fp32"), _row(2, 1.2, compile_us=1.3)])
     _bench(res / "b_new.json", [_row(1, 1.1)])                       # newer (path order: no git here)
     _bench(res / "c_other.json", [_row(4, 0.9)], cand_id="ffffffffffff")   # another candidate: ignored
@@ -81,6 +108,36 @@ def test_latest_run_wins_and_gaps_are_listed(sc, tmp_path):
     assert [p.batch for p in c.unmeasured] == [4] and c.scope_points == 3
     assert c.best_run.endswith("a_old.json.xz") and (c.best_run_points, c.best_run_compile_points) == (2, 2)
     assert c.met("floor") == (2, 2)
+
+
+def test_floor_misses_split_by_reachability(sc, tmp_path):
+    res = _results(tmp_path, [1, 32])
+    launch_us = 1.1
+    rows = {1: (3.5, 0.5),          # small floor, a reachable miss: 0.5 + 1.1 <= the 3 us cap
+            2: (3.2, 1.95),         # small floor, unreachable: 1.95 + 1.1 > 3
+            4: (6.0, 4.0),          # 1.3 x floor, a reachable miss: 4.0 + 1.1 <= 5.2
+            8: (8.0, 3.2),          # 1.3 x floor, unreachable: 3.2 + 1.1 > 4.16 (moe_router's case)
+            16: (2.0, 0.5),         # met
+            32: (3.5, 0.5)}         # a miss whose latest run has no launch floor
+    _bench(res / "a_old.json", [_row(b, ours, floor_us=floor) for b, (ours, floor) in rows.items()],
+           launch_floor_us=launch_us)
+    _bench(res / "b_new.json", [_row(32, *rows[32])])                          # newer, without launch_floor_us
+    [c] = sc.scorecards(tmp_path, res)
+    by_batch = {m.point.batch: m for m in c.measured}
+    assert {b: m.reachable for b, m in by_batch.items()} == {1: True, 2: False, 4: True, 8: False, 16: True, 32: None}
+    assert by_batch[32].launch_floor_us is None and by_batch[32].source.endswith("b_new.json")
+    assert by_batch[8].launch_floor_us == launch_us and by_batch[8].target_us == pytest.approx(sc.FLOOR_FACTOR * 3.2)
+    assert by_batch[2].target_us == sc.SMALL_CAP_US
+    assert c.met("floor") == (1, 6) and c.floor_misses() == (2, 2, 1)
+
+    text = sc.render(c)
+    lines = {m.point.batch: next(x for x in text.splitlines() if x.startswith(f"| {m.point.label()} |"))
+             for m in c.measured}
+    assert all("floor MISS* " in lines[b] for b in (2, 8))
+    assert all("floor MISS " in lines[b] for b in (1, 4, 32)) and "floor ok" in lines[16]
+    assert f"| {rows[8][1] + launch_us:.2f} |" in lines[8] and f"| {rows[32][1]:.2f} | - |" in lines[32]
+    assert sc.UNREACHABLE_LEGEND in text.splitlines()
+    assert "floor met at 1/6 (5 missed: 2 unreachable, 2 reachable, 1 unknown)" in text
 
 
 def test_committed_results_cover_every_promoted_op(sc):
@@ -113,6 +170,7 @@ def test_cli_errors_and_json(tmp_path):
     p = run("--op", "situ_and_mul", "--json")
     out = json.loads(p.stdout)
     assert p.returncode == 0 and [c["op"] for c in out["ops"]] == ["situ_and_mul"] and out["layers"] == []
+    assert all({"target_us", "launch_floor_us", "reachable"} <= set(m) for m in out["ops"][0]["measured"])
 
 
 def test_the_fused_op_must_beat_the_pair_it_replaces(sc):
