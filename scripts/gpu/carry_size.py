@@ -4,8 +4,9 @@
 
 A call sends the tracked files, the untracked files git does not ignore, and each carried path;
 the whole is capped at 64 MiB, counted in bytes (a call over it is refused before any machine
-starts). The tool counts a little more than this script: session 14's first call was refused
-with 63.998 MiB by this count, so anything within MARGIN_BYTES of the cap is reported as over.
+starts). The tool counts more than this script: calls were refused at 63.998 MiB (session 14)
+and 63.34 MiB (session 15) by this count and went through at 63.04 and 63.09 MiB, so anything
+within MARGIN_BYTES of the cap is reported as over.
 Prints each part, the total and what is left; exits 1 when over. Runs here, before the call.
 """
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 CAP_BYTES = 64 * 1024 * 1024
-MARGIN_BYTES = 512 * 1024            # the tool's own count runs above ours by an unknown amount
+MARGIN_BYTES = 896 * 1024            # the tool's own count runs above ours: refused at 63.34 MiB, passed at 63.09
 
 
 def tree_files(root: Path) -> list[Path]:
