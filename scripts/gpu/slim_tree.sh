@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Make the working tree small enough to travel with `.device` to the lent GPU machine, and back.
+#
+#   bash scripts/gpu/slim_tree.sh on [PATH ...]     # default PATHs: results docs
+#   ... the device call(s), carry [".device"] ...
+#   bash scripts/gpu/slim_tree.sh off
+#
+# A device call sends the tracked and untracked-not-ignored files plus the carried paths, capped
+# at 64 MiB; `.device` alone is 55.6 MiB, so the whole tree no longer fits beside it (session 15:
+# refused at 63.34 MiB by scripts/gpu/carry_size.py's count). `on` needs a clean tree: it commits
+# the removal of PATHs (nothing a benchmark or gate reads) on a branch `gpu-slim` made from HEAD,
+# so scripts/gpu/at_head.sh still sees a committed tree, and prints the call's size; `off` checks
+# the branch it came from out again and deletes `gpu-slim`. Commit what the call brought back
+# (results/...) only after `off`.
+set -euo pipefail
+cd "$(git rev-parse --show-toplevel)"
+state="$(git rev-parse --git-dir)/slim_tree_from"
+case "${1:-}" in
+  on)
+    shift
+    [ -e "$state" ] && { echo "slim_tree.sh: already on (from $(cat "$state")); run 'off' first" >&2; exit 2; }
+    [ -z "$(git status --porcelain)" ] || { echo "slim_tree.sh: commit or stash your changes first" >&2; exit 2; }
+    paths=("$@")
+    [ ${#paths[@]} -gt 0 ] || paths=(results docs)
+    from="$(git symbolic-ref --quiet --short HEAD || git rev-parse HEAD)"
+    git checkout -q -b gpu-slim
+    echo "$from" > "$state"
+    git rm -rq -- "${paths[@]}"
+    git commit -qm "slim tree for a device call (without ${paths[*]})"
+    echo "on: branch gpu-slim without ${paths[*]} (from $from)"
+    if [ -f scripts/gpu/carry_size.py ]; then python3 scripts/gpu/carry_size.py .device || true; fi
+    ;;
+  off)
+    [ -e "$state" ] || { echo "slim_tree.sh: not on" >&2; exit 2; }
+    from="$(cat "$state")"
+    git checkout -q "$from"
+    git branch -q -D gpu-slim
+    rm -f "$state"
+    echo "off: back on $from"
+    ;;
+  *)
+    echo "usage: slim_tree.sh on [PATH ...] | off" >&2; exit 2 ;;
+esac

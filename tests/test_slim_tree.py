@@ -1,0 +1,74 @@
+"""scripts/gpu/slim_tree.sh: `on` commits the removal of results/ and docs/ on a throwaway branch
+(the device call's tree without them), `off` restores the branch it came from, in a scratch repo."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu" / "slim_tree.sh"
+ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
+       "GIT_COMMITTER_EMAIL": "t@x"}
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, env=ENV, check=True, capture_output=True, text=True).stdout
+
+
+def _slim(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "scripts/gpu/slim_tree.sh", *args], cwd=repo, env=ENV, capture_output=True,
+                          text=True)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    r = tmp_path / "r"
+    for rel, text in {"results/h200/a.json": "{}", "docs/x.md": "x", "keep.py": "k = 1\n"}.items():
+        (r / rel).parent.mkdir(parents=True, exist_ok=True)
+        (r / rel).write_text(text)
+    (r / "scripts/gpu").mkdir(parents=True)
+    shutil.copy(SCRIPT, r / "scripts/gpu/slim_tree.sh")
+    _git(r, "init", "-q", "-b", "main")
+    _git(r, "add", "-A")
+    _git(r, "commit", "-qm", "init")
+    return r
+
+
+def test_on_removes_results_and_docs_on_a_branch_and_off_restores(repo: Path):
+    head = _git(repo, "rev-parse", "HEAD")
+    on = _slim(repo, "on")
+    assert on.returncode == 0, on.stderr
+    assert not (repo / "results").exists() and not (repo / "docs").exists() and (repo / "keep.py").is_file()
+    assert _git(repo, "branch", "--show-current").strip() == "gpu-slim"
+    assert _git(repo, "status", "--porcelain") == ""            # committed: at_head.sh sees a clean tree
+    off = _slim(repo, "off")
+    assert off.returncode == 0, off.stderr
+    assert (repo / "results/h200/a.json").read_text() == "{}" and (repo / "docs/x.md").is_file()
+    assert _git(repo, "branch", "--show-current").strip() == "main"
+    assert _git(repo, "rev-parse", "HEAD") == head
+    assert "gpu-slim" not in _git(repo, "branch")
+
+
+def test_named_paths_only(repo: Path):
+    assert _slim(repo, "on", "docs").returncode == 0
+    assert (repo / "results/h200/a.json").is_file() and not (repo / "docs").exists()
+    assert _slim(repo, "off").returncode == 0 and (repo / "docs/x.md").is_file()
+
+
+def test_refuses_a_dirty_tree_and_a_double_on_and_off_when_not_on(repo: Path):
+    (repo / "keep.py").write_text("k = 2\n")
+    r = _slim(repo, "on")
+    assert r.returncode == 2 and "commit or stash" in r.stderr
+    assert _git(repo, "branch", "--show-current").strip() == "main"
+    _git(repo, "checkout", "-q", "keep.py")
+    assert _slim(repo, "off").returncode == 2
+    assert _slim(repo, "on").returncode == 0
+    again = _slim(repo, "on")
+    assert again.returncode == 2 and "already on" in again.stderr
+    assert _slim(repo, "off").returncode == 0
+    assert _slim(repo, "bogus").returncode == 2
