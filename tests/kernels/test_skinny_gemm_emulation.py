@@ -39,10 +39,12 @@ def _module(params_json: str):
     return load_module(d / "kernel.py", f"skinny_family_{abs(hash(params_json))}")
 
 
+def _params_of(points: list[dict]) -> list:
+    return [pytest.param(json.dumps(p["params"], sort_keys=True), id=p["label"]) for p in points]
+
+
 def _modules():
-    pts = _points() or [None]
-    return [pytest.param(json.dumps(p["params"], sort_keys=True) if p else None, id=p["label"] if p else "default")
-            for p in pts]
+    return _params_of(_points()) or [pytest.param(None, id="default")]
 
 
 def _mod(params_json):
@@ -65,12 +67,7 @@ def test_every_k_block_once_and_every_output_once(params_json):
         p = m.plan(k, n)
         assert 1 <= p.ck <= 8 and p.n_blocks * m.ROWS >= n
         for unroll in (m.UNROLL, m.UNROLL_LARGE):
-            seen = torch.zeros(p.kbt, dtype=torch.int32)
-            for rank in range(p.ck):
-                for warp in range(m.WARPS):
-                    for b in m.slice_blocks(p, rank, warp, unroll):
-                        seen[b] += 1
-            assert bool((seen == 1).all()), (shape, tp, unroll)
+            assert _each_block_once(m, p, m.WARPS, unroll), (shape, tp, unroll)
         # one 8-token tile of one CTA: every (row, token) of the tile stored by exactly one thread
         hits = torch.zeros(m.ROWS, 8, dtype=torch.int32)
         for idx in range(m.FRAG):
@@ -79,6 +76,16 @@ def test_every_k_block_once_and_every_output_once(params_json):
                 dr, dt = m.out_pos(idx, ln)
                 hits[dr, dt] += 1
         assert bool((hits == 1).all())
+
+
+def _each_block_once(m, p, warps: int, unroll: int) -> bool:
+    """Whether the (rank, warp) slices of plan p together visit each of its K blocks exactly once."""
+    seen = torch.zeros(p.kbt, dtype=torch.int32)
+    for rank in range(p.ck):
+        for warp in range(warps):
+            for b in m.slice_blocks(p, rank, warp, unroll):
+                seen[b] += 1
+    return bool((seen == 1).all())
 
 
 def emulate(m, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -103,12 +110,7 @@ def test_emulation_matches_reference(params_json, shape, tp, batch):
     assert res.ok, res.summary()
 
 
-def _ring_points():
-    return [pytest.param(json.dumps(p["params"], sort_keys=True), id=p["label"])
-            for p in _points() if p["params"].get("ring")]
-
-
-@pytest.mark.parametrize("params_json", _ring_points())
+@pytest.mark.parametrize("params_json", _params_of([p for p in _points() if p["params"].get("ring")]))
 def test_ring_runs_only_exact_plans_and_walks_the_slice_in_order(params_json):
     """ring=True: the small kernel unrolls j = 0 .. KB-1 over block s*KB + j, which is the slice's
     list only when no slice is short (KB * CK * WARPS == KBT); elsewhere it must keep the chunk loop."""
@@ -144,12 +146,10 @@ class _AltView:
         return self._m.plan(k, n, alt=True)
 
 
-def _alt_points():
-    return [pytest.param(json.dumps(p["params"], sort_keys=True), id=p["label"])
-            for p in _points() if p["params"].get("alt_shapes")]
+_ALT_POINTS = _params_of([p for p in _points() if p["params"].get("alt_shapes")])
 
 
-@pytest.mark.parametrize("params_json", _alt_points())
+@pytest.mark.parametrize("params_json", _ALT_POINTS)
 def test_alt_plan_covers_every_block_and_only_its_shapes(params_json):
     m = _mod(params_json)
     named = {s.strip() for s in json.loads(params_json)["alt_shapes"].split(",")}
@@ -160,15 +160,10 @@ def test_alt_plan_covers_every_block_and_only_its_shapes(params_json):
         assert (main.warps, main.unroll, main.ring) == (m.WARPS, m.UNROLL, m.RING)
         assert (alt.warps, alt.unroll, alt.ring) == (m.ALT_WARPS, m.ALT_UNROLL, m.ALT_RING)
         assert alt.ck <= m.ALT_MAX_CLUSTER
-        seen = torch.zeros(alt.kbt, dtype=torch.int32)
-        for rank in range(alt.ck):
-            for warp in range(alt.warps):
-                for b in m.slice_blocks(alt, rank, warp, alt.unroll):
-                    seen[b] += 1
-        assert bool((seen == 1).all()), (shape, tp)
+        assert _each_block_once(m, alt, alt.warps, alt.unroll), (shape, tp)
 
 
-@pytest.mark.parametrize("params_json", _alt_points())
+@pytest.mark.parametrize("params_json", _ALT_POINTS)
 @pytest.mark.parametrize("tp,batch", [(8, 1), (16, 5)])
 def test_alt_plan_emulation_matches_reference(params_json, tp, batch):
     m = _mod(params_json)
