@@ -61,6 +61,60 @@ def _halving_butterfly(vals: torch.Tensor, halvings: int) -> torch.Tensor:
     return vals
 
 
+def _exact_halving_butterfly(vals: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """[..., 32, NVAL] per-lane values -> [..., 32, NFIN]: the lean kernel's shuffles step by step.
+    At a halving offset (size hs > 0) the list is padded with zeros to 2 hs, lanes with bit `off` set
+    keep the upper hs values, the others the lower hs, and each adds its partner's copy of what it
+    kept; at size 0 the offset is a plain butterfly."""
+    lanes = torch.arange(32)
+    for h, hs in enumerate(sizes):
+        off = 16 >> h
+        partner = lanes ^ off
+        if hs:
+            pad = 2 * hs - vals.shape[-1]
+            vals = torch.cat([vals, vals.new_zeros(vals.shape[:-1] + (pad,))], -1) if pad else vals
+            lo, hi = vals[..., :hs], vals[..., hs:]
+            upper = ((lanes & off) != 0)[:, None]
+            vals = torch.where(upper, hi, lo) + torch.where(upper, lo, hi)[..., partner, :]
+        else:
+            vals = vals + vals[..., partner, :]
+    return vals
+
+
+def _warp_totals(mod, lanes: torch.Tensor, nval: int) -> torch.Tensor:
+    """[..., 32, NVAL] per-lane partials -> [..., NVAL] warp totals as the kernel pushes them: through
+    the module's butterfly (the halving one padded to a power of 2, or the lean module's exact one),
+    value i read from the lane slot that pushes it, every lane holding value i checked to agree."""
+    if getattr(mod, "LEAN", False):
+        red = _exact_halving_butterfly(lanes, mod.halving_sizes(nval))         # [..., 32, NFIN]
+        where = {}
+        for lane, held in enumerate(mod.lane_values(nval)):
+            for e, v in enumerate(held):
+                if v is not None:
+                    where.setdefault(v, []).append((lane, e))
+    else:
+        p_pad, halvings = mod.butterfly_plan(nval)
+        padded = torch.cat([lanes, lanes.new_zeros(lanes.shape[:-1] + (p_pad - nval,))], -1)
+        red = _halving_butterfly(padded, halvings)                              # [..., 32, 2]
+        shift = 5 - halvings
+        where = {i: [(lane, i % 2) for lane in range(32) if lane >> shift == i // 2] for i in range(nval)}
+    assert sorted(where) == list(range(nval))
+    tot = torch.stack([red[..., where[i][0][0], where[i][0][1]] for i in range(nval)], -1)
+    for i, holders in where.items():
+        assert all(torch.equal(red[..., lane, e], tot[..., i]) for lane, e in holders)
+    return tot
+
+
+def _slot_sum(mod, slots: list[torch.Tensor]) -> torch.Tensor:
+    """The pushed slots summed in the kernel's order: (rank, warp) order, or the lean module's chains."""
+    if getattr(mod, "LEAN", False):
+        return mod.chain_sum(slots)
+    tot = torch.zeros_like(slots[0])
+    for s in slots:
+        tot = tot + s
+    return tot
+
+
 def _emulate(mod, plan, inp: dict, nb: int) -> dict[str, torch.Tensor]:
     """The kernel's outputs under one Plan, every sum in the kernel's order (fp32); a hybrid's
     PullPlan is the embedded clustermix kernel."""
@@ -70,33 +124,24 @@ def _emulate(mod, plan, inp: dict, nb: int) -> dict[str, torch.Tensor]:
     nwarps = plan.threads // 32
     pairs = mod.gram_pairs(ns, plan.rounds)
     ng, nval = len(pairs), len(pairs) + ns
-    p_pad, halvings = mod.butterfly_plan(nval)
-    shift = 5 - halvings
     col, live = attn_res_owner(plan.cs, plan.threads, plan.vec)
     new_prefix = (inp["prefix"].float() + inp["delta"].float()).to(torch.bfloat16).float()
     v = torch.cat([inp["blocks"].float(), new_prefix[:, None]], dim=1)          # [B, NS, H]
     wr = inp["w_res"].float()
     per_col = [v[:, a] * v[:, b] for a, b in pairs] + [v[:, j] * wr for j in range(ns)]
-    per_col = torch.stack(per_col + [torch.zeros_like(v[:, 0])] * (p_pad - nval), dim=-2)  # [B, P, H]
-    gathered = per_col[..., col] * live[..., None]                             # [B, P, CS, T, NV, VEC]
+    per_col = torch.stack(per_col, dim=-2)                                      # [B, NVAL, H]
+    gathered = per_col[..., col] * live[..., None]                             # [B, NVAL, CS, T, NV, VEC]
     thr = torch.zeros(gathered.shape[:-2])
     for k in range(plan.nv):                                                    # vals[g] += reduce(vector k)
         thr = thr + gathered[..., k, :].sum(-1)
-    lanes = thr.unflatten(-1, (nwarps, 32)).movedim(1, -1)                     # [B, CS, NWARPS, 32, P]
-    red = _halving_butterfly(lanes, halvings)                                   # [B, CS, NWARPS, 32, 2]
-    warp_tot = torch.zeros(lanes.shape[:-2] + (nval,))
-    for i in range(nval):                                                       # pushed by lane (i // 2) << SHIFT
-        warp_tot[..., i] = red[..., (i // 2) << shift, i % 2]
-        holders = [lane for lane in range(32) if lane >> shift == i // 2]   # every lane of the group agrees
-        assert all(torch.equal(red[..., lane, i % 2], warp_tot[..., i]) for lane in holders)
+    lanes = thr.unflatten(-1, (nwarps, 32)).movedim(1, -1)                     # [B, CS, NWARPS, 32, NVAL]
+    warp_tot = _warp_totals(mod, lanes, nval)                                   # [B, CS, NWARPS, NVAL]
     slots = warp_tot.flatten(1, 2)                                              # [B, CS * NWARPS, NVAL], (rank, warp)
-    allv = torch.zeros(slots.shape[0], nval)
-    for s in range(slots.shape[1]):
-        allv = allv + slots[:, s]
+    allv = _slot_sum(mod, list(slots.unbind(1)))
     gidx = {pr: g for g, pr in enumerate(pairs)}
     logit = torch.stack([allv[:, ng + j] * torch.rsqrt(allv[:, gidx[(j, j)]] * (1.0 / H) + EPS) for j in range(ns)], -1)
     e = torch.exp2((logit - logit.amax(-1, keepdim=True)) * (1.0 / math.log(2.0)))
-    p = e / e.sum(-1, keepdim=True)
+    p = e * (1.0 / e.sum(-1, keepdim=True)) if getattr(mod, "LEAN", False) else e / e.sum(-1, keepdim=True)
     mixed = v[:, nb] * p[:, nb, None]
     for j in range(nb):
         mixed = mixed + v[:, j] * p[:, j, None]
@@ -112,9 +157,7 @@ def _emulate(mod, plan, inp: dict, nb: int) -> dict[str, torch.Tensor]:
         lanes2 = thr2.unflatten(-1, (nwarps, 32))                          # [B, CS, NWARPS, 32]
         for h in range(5):
             lanes2 = lanes2 + lanes2[..., torch.arange(32) ^ (16 >> h)]
-        q = torch.zeros(allv.shape[0])
-        for s2 in lanes2[..., 0].flatten(1, 2).unbind(-1):                     # slots in (rank, warp) order
-            q = q + s2
+        q = _slot_sum(mod, list(lanes2[..., 0].flatten(1, 2).unbind(-1)))    # slots (rank, warp)
     rstd = torch.rsqrt(q.clamp_min(0) * (1.0 / H) + EPS)[:, None]
     return {"out": (mixed * rstd * inp["w_norm"].float()).to(torch.bfloat16), "new_prefix": new_prefix.to(torch.bfloat16)}
 
@@ -216,6 +259,62 @@ def test_nb8_compiles_to_one_barrier_and_pushes(cid, tmp_path):
     assert len(re.findall(r"shfl\.sync\.bfly", ptx)) == plan_shuffles + 5 * (rounds - 1), out
     assert (p_pad, halvings) == ((64, 5) if rounds == 1 else (32, 4)), out
     assert sorted(set(re.findall(r"ld\.global\S*", ptx))) == ["ld.global.v4.b32"], out
+
+
+def _lean_candidates() -> list[str]:
+    return [c for c in _candidates(HYBRID) if getattr(_module(c), "LEAN", False)]
+
+
+def test_the_lean_knob_has_a_committed_point():
+    assert _lean_candidates()
+
+
+@pytest.mark.parametrize("nval", range(2, 65))
+def test_exact_halving_butterfly_leaves_each_lane_its_values(nval):
+    """lane_values (where the lean kernel's push reads each total) against the shuffles themselves:
+    every value ends in at least one lane slot holding its warp total, padding slots hold 0, the
+    lanes of a push group (equal but for the plain offsets' low bits) hold the same list, and
+    real_masks (the kernel's per-slot lane masks) agrees with lane_values."""
+    mod = _module(_lean_candidates()[0])
+    sizes, lanes_v = mod.halving_sizes(nval), mod.lane_values(nval)
+    vals = torch.randn(32, nval, dtype=torch.float64)
+    red = _exact_halving_butterfly(vals, sizes)
+    assert red.shape == (32, len(lanes_v[0]))
+    seen = set()
+    for lane, held in enumerate(lanes_v):
+        for e, v in enumerate(held):
+            want = vals[:, v].sum() if v is not None else torch.tensor(0.0, dtype=torch.float64)
+            assert torch.allclose(red[lane, e], want), (nval, lane, e, v)
+            seen.add(v)
+        group = 1 << sizes.count(0)
+        assert held == lanes_v[lane & ~(group - 1)]
+    assert seen - {None} == set(range(nval))
+    masks = mod.real_masks(nval)
+    for e, m in enumerate(masks):
+        assert [(m >> lane) & 1 for lane in range(32)] == [int(h[e] is not None) for h in lanes_v]
+    assert sum(sizes) <= nval + 4 and (nval > 32) == (len(lanes_v[0]) == 2)
+
+
+@pytest.mark.parametrize("shape", ["nb4", "nb8"])
+@pytest.mark.parametrize("cid", _lean_candidates())
+def test_lean_compiles_to_fewer_instructions(cid, shape, tmp_path):
+    """The lean knob in the PTX of the pushed plan: no IEEE division (one rcp.approx), no bf16 cvt
+    (shift / mask), the exact butterfly's shuffle count, 128-bit shared loads of the slot columns."""
+    mod = _module(cid)
+    ptx = compiled_ptx(ROOT / "kernels_generated/attn_res" / cid / "kernel.py", tmp_path, shape=shape)
+    nb = int(shape[2:])
+    plans = {p for p in _plans(mod, nb) if type(p).__name__ == "Plan"}
+    bodies = [e for e in ptx.split(".entry ")[1:] if "AttnResPush" in e.split("(", 1)[0]]
+    assert bodies and plans                                     # (the dump may hold one plan's entry)
+    for body in bodies:
+        assert "div.rn.f32" not in body and "cvt.f32.bf16" not in body
+        assert len(re.findall(r"rcp\.approx", body)) == 1
+        assert re.search(r"ld\.shared\.v4", body)
+        rounds = {p.rounds for p in plans}
+        shuffles = len(re.findall(r"shfl\.sync\.bfly", body))
+        want = {sum(1 if s == 0 else s for s in mod.halving_sizes(len(mod.gram_pairs(nb + 1, r)) + nb + 1))
+                + 5 * (r - 1) for r in rounds}
+        assert shuffles in want, (shuffles, want)
 
 
 def test_hybrid_plan_table():
