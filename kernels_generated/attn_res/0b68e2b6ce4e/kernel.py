@@ -56,16 +56,18 @@ to a power of 2: 20 shuffles for nb8's 18 values instead of 32) that leaves lane
 values OFF(l) + e (lane_values); the slots pushed into a [NVAL, SLOTS] buffer (a column contiguous:
 128-bit shared loads) and summed in SLOT_CHAINS interleaved chains (chain_sum, also the order of the
 round-2 slots); the softmax by one reciprocal (rcp.approx) instead of NS divisions.
-MMA (session 16, exact plans with one vector per thread): a warp's partials come from the tensor
-cores instead of per-thread FMA chains and the butterfly. Each lane stores its 16 bytes of every
-source and of w_res into the warp's [NS + 1, 256] bf16 tile in shared memory (rows padded to 528
-bytes: conflict-free), and per 16-wide k-step one ldmatrix.x4 yields the A fragment of
+MMA (session 16, the Gram plans (rounds = 1), exact with one vector per thread): a warp's partials
+come from the tensor cores instead of per-thread FMA chains and the butterfly. Each lane stores its
+16 bytes of every source and of w_res into the warp's [NS + 1, 256] bf16 tile in shared memory (rows
+padded to 528 bytes: conflict-free), and per 16-wide k-step one ldmatrix.x4 yields the A fragment of
 mma.m16n8k16 (rows = sources) whose registers are also the B fragments (B = A^T) of the two
 8-column tiles: the warp's whole Gram matrix G = [V; w_res] [V; w_res]^T over its 256 elements, fp32
-accumulated, in D0 (columns 0-7) and D1 (8-15). Lane l holds G[a, b] in register r (d_slot); the
-values a round reduces (mma_columns: gram_pairs and the dots G[j, NS], ordered by register then
-lane) are pushed from there, lane l of register r to column PREFIX[r] + popc(MASK[r] & lanes < l).
-The mix and the output keep the per-element fp32 path.
+accumulated in ACC_CHAINS independent chains of k-steps (one chain of 16 dependent MMAs measured
+0.4-0.6 us slower than the FMA path: 9bb20a, bcaf53), in D0 (columns 0-7) and D1 (8-15). Lane l holds
+G[a, b] in register r (d_slot); the entries the round reduces (mma_columns: gram_pairs and the dots
+G[j, NS], ordered by register then lane) are pushed from there, lane l of register r to column
+MASKS[r][1] + popc(MASKS[r][0] & lanes < l). The two-round plans, the mix and the output keep the
+lean per-element fp32 path.
 """
 from __future__ import annotations
 
@@ -89,6 +91,7 @@ ASYNC_PUSH = True
 LEAN = True
 SLOT_CHAINS = 4                           # interleaved chains of a slot sum (chain_sum)
 MMA = True
+ACC_CHAINS = 4                            # independent accumulator chains of the MMA k-steps
 ROW_ELEMS = 264                           # a source's row of the warp's tile: 256 bf16 + 16 bytes (ldmatrix without bank conflicts)
 
 
@@ -103,7 +106,7 @@ class Plan(NamedTuple):
     def check(self) -> "Plan":
         assert self.cs in (1, 2, 4, 8) and self.threads % 32 == 0 and self.rounds in (1, 2), self
         assert self.sv * self.cs * self.vec == HIDDEN and self.nv <= 2, self
-        assert self.nv == 1 and self.exact and self.vec == 8, self     # MMA: a warp's 256 elements, one vector per thread
+        assert self.rounds == 2 or (self.nv == 1 and self.exact and self.vec == 8), self  # MMA: a warp's 256 elements
         return self
 
     @property
@@ -301,6 +304,33 @@ def mma_masks(ns: int, rounds: int) -> list[tuple[int, int]]:
     return out
 
 
+def pairwise_sum(xs: list):
+    """xs[0] + xs[1], xs[2] + xs[3], ... then pairwise again, to one value (DSL scalars or tensors)."""
+    while len(xs) > 1:
+        xs = [xs[i] + xs[i + 1] if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
+    return xs[0]
+
+
+@dsl_user_op
+def mapa_u32(addr, rank, *, loc=None, ip=None) -> Int32:
+    """The address of this CTA-local shared address in cluster CTA `rank`'s window (mapa)."""
+    return Int32(llvm.inline_asm(
+        T.i32(), [Int32(addr).ir_value(loc=loc, ip=ip), Int32(rank).ir_value(loc=loc, ip=ip)],
+        "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r", has_side_effects=False, is_align_stack=False,
+        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
+
+
+@dsl_user_op
+def st_async_mapped_f32(peer_addr, peer_mbar, val, *, loc=None, ip=None) -> None:
+    """st_async_f32 to addresses already in the peer's window (mapa_u32): no mapa per store."""
+    llvm.inline_asm(
+        None, [Int32(peer_addr).ir_value(loc=loc, ip=ip), Int32(peer_mbar).ir_value(loc=loc, ip=ip),
+               Float32(val).ir_value(loc=loc, ip=ip)],
+        "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [$0], $2, [$1];",
+        "r,r,f,~{memory}", has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
+        loc=loc, ip=ip)
+
+
 def ldsm_row(lane):
     """The tile row and element offset (within a k-step) whose address lane `lane` gives ldmatrix.x4:
     matrix lane // 8 = (rows 0-7 | 8-15) x (elements 0-7 | 8-15) of the k-step, row lane % 8 of it (the
@@ -385,7 +415,8 @@ class AttnResPush:
         PAIRS = gram_pairs(NS, ROUNDS)
         NG = len(PAIRS)
         NVAL = NG + NS
-        COLS = mma_columns(NS, ROUNDS)    # pushed column c holds G[COLS[c]]
+        # pushed column c holds G[COLS[c]] (w_res = row NS): the MMA plan's order, else the lean one's
+        COLS = mma_columns(NS, ROUNDS) if ROUNDS == 1 else PAIRS + [(j, NS) for j in range(NS)]
         gcol = {ab: c for c, ab in enumerate(COLS)}
         MASKS = mma_masks(NS, ROUNDS)
         NROW = NS + 1                     # the tile's rows: the sources, then w_res
@@ -400,8 +431,9 @@ class AttnResPush:
         warp = cute.arch.warp_idx()
         smem = cutlass.memory.SmemAllocator()
         buf = smem.allocate_tensor(Float32, cute.make_layout((NVAL, SLOTS), stride=(SLOTS, 1)), byte_alignment=16)
-        tile = smem.allocate_tensor(BFloat16, cute.make_layout((NWARPS, NROW, ROW_ELEMS),
-                                                               stride=(NROW * ROW_ELEMS, ROW_ELEMS, 1)), byte_alignment=16)
+        if const_expr(ROUNDS == 1):
+            tile = smem.allocate_tensor(BFloat16, cute.make_layout((NWARPS, NROW, ROW_ELEMS),
+                                                                   stride=(NROW * ROW_ELEMS, ROW_ELEMS, 1)), byte_alignment=16)
         buf2 = smem.allocate_tensor(Float32, cute.make_layout((SLOTS,)), byte_alignment=16)   # round 2
         if const_expr(CS > 1):
             # the peers' pushes land on mbar[round - 1] by st.async; every CTA's mbarriers must be
@@ -467,42 +499,75 @@ class AttnResPush:
                 if k * THREADS + tidx < SV:
                     cute.autovec_copy(src[NB][k], cute.local_tile(gnp, (VEC,), (vix[k],)))
 
-        vf = [[unpack_bf16(src[j][k]) for k in range(NV)] for j in range(NS)]      # for the mix
+        if const_expr(ROUNDS == 1):
+            vf = [[unpack_bf16(src[j][k]) for k in range(NV)] for j in range(NS)]  # for the mix
+            # the warp's Gram matrix on the tensor cores: this lane's 16 bytes of every source and of w_res
+            # into the warp's tile, then per k-step (16 elements) one ldmatrix.x4: A (rows = sources), and
+            # as its registers 0, 2 / 1, 3 the B fragments of D0 / D1 (B = A^T); k-step s accumulates into
+            # chain s % ACC_CHAINS (independent MMA chains), the chains summed pairwise at the end
+            for j in cutlass.range_constexpr(NS):
+                cute.autovec_copy(src[j][0], cute.local_tile(tile[warp, j, None], (VEC,), (lane,)))
+            cute.autovec_copy(rwr[0], cute.local_tile(tile[warp, NS, None], (VEC,), (lane,)))
+            cute.arch.sync_warp()
+            arow, aoff = ldsm_row(lane)                                 # the row of an 8x8 matrix this lane addresses
+            arow = cutlass.select_(arow < NROW, arow, 0)                # rows past w_res: any row (their D is unused)
+            abase = Int32((tile.iterator + (warp * (NROW * ROW_ELEMS) + arow * ROW_ELEMS + aoff)).toint())
+            dacc = [[[Float32(0.0)] * 4 for _ in range(ACC_CHAINS)] for _ in range(TILES)]
+            for s in cutlass.range_constexpr(32 * VEC // 16):
+                af = ldsm_x4(abase + s * 32)
+                ch = s % ACC_CHAINS
+                dacc[0][ch] = mma_16816(af, [af[0], af[2]], dacc[0][ch])
+                if const_expr(TILES > 1):
+                    dacc[1][ch] = mma_16816(af, [af[1], af[3]], dacc[1][ch])
+            dreg = [pairwise_sum([dacc[r // 4][ch][r % 4] for ch in range(ACC_CHAINS)]) for r in range(4 * TILES)]
+        else:
+            # this thread's partials, each one FMA chain over its elements in order: the products in
+            # gram_pairs order, then the dots with w_res
+            vf = [[unpack_bf16(src[j][k]) for k in range(NV)] for j in range(NS)]
+            wr = [unpack_bf16(rwr[k]) for k in range(NV)]
+            vals = [fma_chain(vf[a], vf[b]) for a, b in PAIRS] + [fma_chain(vf[j], wr) for j in range(NS)]
+            vals = halving_butterfly(vals, lane)
 
-        # the warp's Gram matrix on the tensor cores: this lane's 16 bytes of every source and of w_res into
-        # the warp's tile, then per k-step (16 elements) one ldmatrix.x4: A (rows = sources), and as its
-        # registers 0, 2 / 1, 3 the B fragments of D0 / D1 (B = A^T)
-        for j in cutlass.range_constexpr(NS):
-            cute.autovec_copy(src[j][0], cute.local_tile(tile[warp, j, None], (VEC,), (lane,)))
-        cute.autovec_copy(rwr[0], cute.local_tile(tile[warp, NS, None], (VEC,), (lane,)))
-        cute.arch.sync_warp()
-        arow, aoff = ldsm_row(lane)                                     # the row of an 8x8 matrix this lane addresses
-        arow = cutlass.select_(arow < NROW, arow, 0)                    # rows past w_res: any row (their D is unused)
-        abase = Int32((tile.iterator + (warp * (NROW * ROW_ELEMS) + arow * ROW_ELEMS + aoff)).toint())
-        dacc = [[Float32(0.0)] * 4 for _ in range(TILES)]
-        for s in cutlass.range_constexpr(32 * VEC // 16):
-            af = ldsm_x4(abase + s * 32)
-            dacc[0] = mma_16816(af, [af[0], af[2]], dacc[0])
-            if const_expr(TILES > 1):
-                dacc[1] = mma_16816(af, [af[1], af[3]], dacc[1])
-        dreg = [dacc[r // 4][r % 4] for r in range(4 * TILES)]
-
-        # push this warp's entries into their columns, slot (rank, warp) of every CTA of the cluster
-        below = cute.arch.lanemask_lt()
+        # push this warp's totals into column OFF(lane) + e, slot (rank, warp) of every CTA of the cluster
+        base = Int32(0)
+        for h in cutlass.range_constexpr(5):
+            if const_expr(SIZES[h] > 0):
+                base = base + ((lane >> (4 - h)) & 1) * SIZES[h]
+        sub = lane & (GROUP - 1)                                        # lanes of a group hold the same totals
         slot = rank * NWARPS + warp
         if const_expr(CS > 1):
             cute.arch.cluster_wait()                                    # every CTA's mbarriers are initialised
             if tidx == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(mbar.iterator, 4 * SLOTS * NVAL)
-        for r in cutlass.range_constexpr(4 * TILES):
-            if const_expr(MASKS[r][0] != 0):
-                if ((Int32(MASKS[r][0]) >> lane) & 1) != 0:            # register r of this lane holds a pushed entry
-                    pc = MASKS[r][1] + Int32(cute.arch.popc(Int32(MASKS[r][0]) & below))
+        if const_expr(ROUNDS == 1):
+            # the MMA plan: lane l pushes register r to column MASKS[r][1] + popc(MASKS[r][0] & lanes below l);
+            # the peers' window addresses of the buffer and mbarrier mapped once per CTA (mapa)
+            below = cute.arch.lanemask_lt()
+            if const_expr(CS > 1):
+                bufa, mba = Int32(buf.iterator.toint()), Int32(mbar.iterator.toint())
+                peers = [(mapa_u32(bufa, q), mapa_u32(mba, q)) for q in range(CS)]
+            for r in cutlass.range_constexpr(4 * TILES):
+                if const_expr(MASKS[r][0] != 0):
+                    if ((Int32(MASKS[r][0]) >> lane) & 1) != 0:        # register r of this lane holds a pushed entry
+                        pc = MASKS[r][1] + Int32(cute.arch.popc(Int32(MASKS[r][0]) & below))
+                        if const_expr(CS == 1):
+                            buf[pc, slot] = dreg[r]
+                        else:
+                            for q in cutlass.range_constexpr(CS):
+                                st_async_mapped_f32(peers[q][0] + (pc * SLOTS + slot) * 4, peers[q][1], dreg[r])
+        else:
+            for e in cutlass.range_constexpr(NFIN):
+                if ((Int32(REAL[e]) >> lane) & 1) != 0:                     # slot e of this lane holds a value
                     if const_expr(CS == 1):
-                        buf[pc, slot] = dreg[r]
+                        if sub == 0:
+                            buf[base + e, slot] = vals[e]
+                    elif const_expr(CS <= GROUP):
+                        if sub < CS:                                        # lane `sub` of the group pushes to CTA sub
+                            st_async_f32(buf.iterator + ((base + e) * SLOTS + slot), mbar.iterator, sub, vals[e])
                     else:
-                        for q in cutlass.range_constexpr(CS):
-                            st_async_f32(buf.iterator + (pc * SLOTS + slot), mbar.iterator, q, dreg[r])
+                        if sub == 0:
+                            for q in cutlass.range_constexpr(CS):
+                                st_async_f32(buf.iterator + ((base + e) * SLOTS + slot), mbar.iterator, q, vals[e])
         if const_expr(CS > 1):
             cute.arch.mbarrier_wait(mbar.iterator, 0)                   # every CTA's pushes landed here
         else:
