@@ -307,7 +307,7 @@ def test_exact_halving_butterfly_leaves_each_lane_its_values(nval):
 @pytest.mark.parametrize("cid", _lean_candidates())
 def test_lean_compiles_to_fewer_instructions(cid, shape, tmp_path):
     """The lean knob in the PTX of the pushed plan: no IEEE division (one rcp.approx), no bf16 cvt
-    (shift / mask), the exact butterfly's shuffle count, 128-bit shared loads of the slot columns."""
+    (shift / mask), the exact butterfly's shuffle count (or the MMA plan's ldmatrix and mma count)."""
     mod = _module(cid)
     ptx = compiled_ptx(ROOT / "kernels_generated/attn_res" / cid / "kernel.py", tmp_path, shape=shape)
     nb = int(shape[2:])
@@ -317,7 +317,6 @@ def test_lean_compiles_to_fewer_instructions(cid, shape, tmp_path):
     for body in bodies:
         assert "div.rn.f32" not in body and "cvt.f32.bf16" not in body
         assert len(re.findall(r"rcp\.approx", body)) == 1
-        assert re.search(r"ld\.shared\.v4", body)
         got = (len(re.findall(r"shfl\.sync\.bfly", body)), len(re.findall(r"mma\.sync\.aligned\.m16n8k16", body)),
                len(re.findall(r"ldmatrix\.sync", body)))
         want = set()

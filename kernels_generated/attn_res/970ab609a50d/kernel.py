@@ -53,9 +53,11 @@ bf16 -> fp32 by shift / mask of each 32-bit word (unpack_bf16: one instruction p
 two), every per-element sum an explicit FMA chain over the thread's elements in order; an EXACT
 halving butterfly (halving_sizes: a lane keeps ceil(n / 2) of its n values at each offset, no padding
 to a power of 2: 20 shuffles for nb8's 18 values instead of 32) that leaves lane l with the totals of
-values OFF(l) + e (lane_values); the slots pushed into a [NVAL, SLOTS] buffer (a column contiguous:
-128-bit shared loads) and summed in SLOT_CHAINS interleaved chains (chain_sum, also the order of the
-round-2 slots); the softmax by one reciprocal (rcp.approx) instead of NS divisions.
+values OFF(l) + e (lane_values, near-consecutive across lanes: each push instruction writes a few
+sectors of the peer's [SLOTS, NVAL] row; the first lean point, 808003, pushed into a [NVAL, SLOTS]
+buffer, column-contiguous for 128-bit loads but one sector per lane of every push); the slot sums in
+SLOT_CHAINS interleaved chains (chain_sum, also the order of the round-2 slots); the softmax by one
+reciprocal (rcp.approx) instead of NS divisions.
 MMA (session 16, the Gram plans (rounds = 1), exact with one vector per thread): a warp's partials
 come from the tensor cores instead of per-thread FMA chains and the butterfly. Each lane stores its
 16 bytes of every source and of w_res into the warp's [NS + 1, 256] bf16 tile in shared memory (rows
@@ -430,7 +432,7 @@ class AttnResPush:
         lane = cute.arch.lane_idx()
         warp = cute.arch.warp_idx()
         smem = cutlass.memory.SmemAllocator()
-        buf = smem.allocate_tensor(Float32, cute.make_layout((NVAL, SLOTS), stride=(SLOTS, 1)), byte_alignment=16)
+        buf = smem.allocate_tensor(Float32, cute.make_layout((SLOTS, NVAL), stride=(NVAL, 1)), byte_alignment=16)
         if const_expr(ROUNDS == 1):
             tile = smem.allocate_tensor(BFloat16, cute.make_layout((NWARPS, NROW, ROW_ELEMS),
                                                                    stride=(NROW * ROW_ELEMS, ROW_ELEMS, 1)), byte_alignment=16)
@@ -551,36 +553,34 @@ class AttnResPush:
                     if ((Int32(MASKS[r][0]) >> lane) & 1) != 0:        # register r of this lane holds a pushed entry
                         pc = MASKS[r][1] + Int32(cute.arch.popc(Int32(MASKS[r][0]) & below))
                         if const_expr(CS == 1):
-                            buf[pc, slot] = dreg[r]
+                            buf[slot, pc] = dreg[r]
                         else:
                             for q in cutlass.range_constexpr(CS):
-                                st_async_mapped_f32(peers[q][0] + (pc * SLOTS + slot) * 4, peers[q][1], dreg[r])
+                                st_async_mapped_f32(peers[q][0] + (slot * NVAL + pc) * 4, peers[q][1], dreg[r])
         else:
             for e in cutlass.range_constexpr(NFIN):
                 if ((Int32(REAL[e]) >> lane) & 1) != 0:                     # slot e of this lane holds a value
                     if const_expr(CS == 1):
                         if sub == 0:
-                            buf[base + e, slot] = vals[e]
+                            buf[slot, base + e] = vals[e]
                     elif const_expr(CS <= GROUP):
                         if sub < CS:                                        # lane `sub` of the group pushes to CTA sub
-                            st_async_f32(buf.iterator + ((base + e) * SLOTS + slot), mbar.iterator, sub, vals[e])
+                            st_async_f32(buf.iterator + (slot * NVAL + base + e), mbar.iterator, sub, vals[e])
                     else:
                         if sub == 0:
                             for q in cutlass.range_constexpr(CS):
-                                st_async_f32(buf.iterator + ((base + e) * SLOTS + slot), mbar.iterator, q, vals[e])
+                                st_async_f32(buf.iterator + (slot * NVAL + base + e), mbar.iterator, q, vals[e])
         if const_expr(CS > 1):
             cute.arch.mbarrier_wait(mbar.iterator, 0)                   # every CTA's pushes landed here
         else:
             cute.arch.barrier()
 
         # every lane: the column totals over the slots (lane l: columns l and l + 32), chain_sum order
-        col = cute.make_rmem_tensor(cute.make_layout((SLOTS,)), Float32)
         tot = []
         for c in cutlass.range_constexpr((NVAL + 31) // 32):
             t = Float32(0.0)
             if lane + c * 32 < NVAL:
-                cute.autovec_copy(buf[lane + c * 32, None], col)
-                t = chain_sum([col[s] for s in range(SLOTS)])
+                t = chain_sum([buf[s, lane + c * 32] for s in range(SLOTS)])
             tot.append(t)
         allv = [cute.arch.shuffle_sync(tot[i // 32], i % 32) for i in range(NVAL)]
         logit = [allv[gcol[(j, NS)]] * cute.math.rsqrt(allv[gcol[(j, j)]] * (1.0 / HIDDEN) + EPS, fastmath=True)

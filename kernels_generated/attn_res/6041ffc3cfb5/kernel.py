@@ -2,7 +2,7 @@
 slice in registers (one pass over HBM), every reduction pushed into every CTA's shared memory ahead
 of one cluster barrier (no CTA barrier, no peer loads, no exit barrier).
 
-Rendered from prompts/kernels/attn_res/gramhybrid.py.j2 with small_cs=4 small_threads=224 large_cs=2 large_threads=448 vec=8 b_switch=32 r1_max_nb=8 large_min_nb=3 large_pull_min_nb=9 pdl=False async_push=True lean=True mma=True
+Rendered from prompts/kernels/attn_res/gramhybrid.py.j2 with small_cs=4 small_threads=224 large_cs=2 large_threads=448 vec=8 b_switch=32 r1_max_nb=4 large_min_nb=3 large_pull_min_nb=9 pdl=False async_push=True lean=True
 TWO launch plans behind one callable (ByBatch), chosen per call by the batch B and per compile by
 NB: B <= B_SWITCH, or NB < LARGE_MIN_NB, takes SMALL (CS=4 x 224 threads; rounds 1 while
 NB <= R1_MAX_NB, else 2); larger B takes LARGE (CS=2 x 448 threads, rounds 2), or from
@@ -53,21 +53,11 @@ bf16 -> fp32 by shift / mask of each 32-bit word (unpack_bf16: one instruction p
 two), every per-element sum an explicit FMA chain over the thread's elements in order; an EXACT
 halving butterfly (halving_sizes: a lane keeps ceil(n / 2) of its n values at each offset, no padding
 to a power of 2: 20 shuffles for nb8's 18 values instead of 32) that leaves lane l with the totals of
-values OFF(l) + e (lane_values); the slots pushed into a [NVAL, SLOTS] buffer (a column contiguous:
-128-bit shared loads) and summed in SLOT_CHAINS interleaved chains (chain_sum, also the order of the
-round-2 slots); the softmax by one reciprocal (rcp.approx) instead of NS divisions.
-MMA (session 16, the Gram plans (rounds = 1), exact with one vector per thread): a warp's partials
-come from the tensor cores instead of per-thread FMA chains and the butterfly. Each lane stores its
-16 bytes of every source and of w_res into the warp's [NS + 1, 256] bf16 tile in shared memory (rows
-padded to 528 bytes: conflict-free), and per 16-wide k-step one ldmatrix.x4 yields the A fragment of
-mma.m16n8k16 (rows = sources) whose registers are also the B fragments (B = A^T) of the two
-8-column tiles: the warp's whole Gram matrix G = [V; w_res] [V; w_res]^T over its 256 elements, fp32
-accumulated in ACC_CHAINS independent chains of k-steps (one chain of 16 dependent MMAs measured
-0.4-0.6 us slower than the FMA path: 9bb20a, bcaf53), in D0 (columns 0-7) and D1 (8-15). Lane l holds
-G[a, b] in register r (d_slot); the entries the round reduces (mma_columns: gram_pairs and the dots
-G[j, NS], ordered by register then lane) are pushed from there, lane l of register r to column
-MASKS[r][1] + popc(MASKS[r][0] & lanes < l). The two-round plans, the mix and the output keep the
-lean per-element fp32 path.
+values OFF(l) + e (lane_values, near-consecutive across lanes: each push instruction writes a few
+sectors of the peer's [SLOTS, NVAL] row; the first lean point, 808003, pushed into a [NVAL, SLOTS]
+buffer, column-contiguous for 128-bit loads but one sector per lane of every push); the slot sums in
+SLOT_CHAINS interleaved chains (chain_sum, also the order of the round-2 slots); the softmax by one
+reciprocal (rcp.approx) instead of NS divisions.
 """
 from __future__ import annotations
 
@@ -90,9 +80,6 @@ USE_PDL = False
 ASYNC_PUSH = True
 LEAN = True
 SLOT_CHAINS = 4                           # interleaved chains of a slot sum (chain_sum)
-MMA = True
-ACC_CHAINS = 4                            # independent accumulator chains of the MMA k-steps
-ROW_ELEMS = 264                           # a source's row of the warp's tile: 256 bf16 + 16 bytes (ldmatrix without bank conflicts)
 
 
 class Plan(NamedTuple):
@@ -106,7 +93,6 @@ class Plan(NamedTuple):
     def check(self) -> "Plan":
         assert self.cs in (1, 2, 4, 8) and self.threads % 32 == 0 and self.rounds in (1, 2), self
         assert self.sv * self.cs * self.vec == HIDDEN and self.nv <= 2, self
-        assert self.rounds == 2 or (self.nv == 1 and self.exact and self.vec == 8), self  # MMA: a warp's 256 elements
         return self
 
     @property
@@ -131,7 +117,7 @@ class Plan(NamedTuple):
 
 
 B_SWITCH = 32                         # B above this takes LARGE (when NB >= LARGE_MIN_NB)
-R1_MAX_NB = 8                        # SMALL reduces in one round (Gram) while NB <= this
+R1_MAX_NB = 4                        # SMALL reduces in one round (Gram) while NB <= this
 LARGE_MIN_NB = 3                     # NB below this never takes LARGE
 LARGE_PULL_MIN_NB = 9                # B > B_SWITCH from this NB on runs LARGE_PULL (9: never)
 SMALL_R1 = Plan(cs=4, threads=224, vec=8, rounds=1).check()
@@ -277,92 +263,6 @@ def halving_butterfly(vals: list, lane) -> list:
     return vals
 
 
-def d_slot(a: int, b: int) -> tuple[int, int]:
-    """(register, lane) holding G[a, b] after the two m16n8 MMAs: registers 0-3 are D0 (columns 0-7),
-    4-7 D1 (8-15); lane 4 g + t holds rows g (registers 0, 1) and g + 8 (2, 3), columns 2t, 2t + 1."""
-    tile, col = divmod(b, 8)
-    return tile * 4 + (a // 8) * 2 + (col & 1), 4 * (a % 8) + col // 2
-
-
-def mma_columns(ns: int, rounds: int) -> list[tuple[int, int]]:
-    """The Gram entries a round reduces (gram_pairs, then the dots (j, ns): w_res is row ns), in the
-    order the MMA plan pushes them: by register, then by lane."""
-    need = gram_pairs(ns, rounds) + [(j, ns) for j in range(ns)]
-    return sorted(need, key=lambda ab: d_slot(*ab))
-
-
-def mma_masks(ns: int, rounds: int) -> list[tuple[int, int]]:
-    """Per register r: (the lanes whose r holds a pushed entry as an Int32 bit mask, the column of its
-    first one): lane l pushes r to column PREFIX + popc(MASK & lanes below l)."""
-    cols = mma_columns(ns, rounds)
-    out = []
-    for r in range(8):
-        lanes = [ln for reg, ln in map(lambda ab: d_slot(*ab), cols) if reg == r]
-        mask = sum(1 << ln for ln in lanes)
-        first = next((c for c, ab in enumerate(cols) if d_slot(*ab)[0] == r), len(cols))
-        out.append((mask - (1 << 32) if mask >> 31 else mask, first))
-    return out
-
-
-def pairwise_sum(xs: list):
-    """xs[0] + xs[1], xs[2] + xs[3], ... then pairwise again, to one value (DSL scalars or tensors)."""
-    while len(xs) > 1:
-        xs = [xs[i] + xs[i + 1] if i + 1 < len(xs) else xs[i] for i in range(0, len(xs), 2)]
-    return xs[0]
-
-
-@dsl_user_op
-def mapa_u32(addr, rank, *, loc=None, ip=None) -> Int32:
-    """The address of this CTA-local shared address in cluster CTA `rank`'s window (mapa)."""
-    return Int32(llvm.inline_asm(
-        T.i32(), [Int32(addr).ir_value(loc=loc, ip=ip), Int32(rank).ir_value(loc=loc, ip=ip)],
-        "mapa.shared::cluster.u32 $0, $1, $2;", "=r,r,r", has_side_effects=False, is_align_stack=False,
-        asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
-
-
-@dsl_user_op
-def st_async_mapped_f32(peer_addr, peer_mbar, val, *, loc=None, ip=None) -> None:
-    """st_async_f32 to addresses already in the peer's window (mapa_u32): no mapa per store."""
-    llvm.inline_asm(
-        None, [Int32(peer_addr).ir_value(loc=loc, ip=ip), Int32(peer_mbar).ir_value(loc=loc, ip=ip),
-               Float32(val).ir_value(loc=loc, ip=ip)],
-        "st.async.shared::cluster.mbarrier::complete_tx::bytes.f32 [$0], $2, [$1];",
-        "r,r,f,~{memory}", has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT,
-        loc=loc, ip=ip)
-
-
-def ldsm_row(lane):
-    """The tile row and element offset (within a k-step) whose address lane `lane` gives ldmatrix.x4:
-    matrix lane // 8 = (rows 0-7 | 8-15) x (elements 0-7 | 8-15) of the k-step, row lane % 8 of it (the
-    kernel points rows past the tile's at row 0). Plain arithmetic: Python ints or DSL values."""
-    mi = lane >> 3
-    return (lane & 7) + 8 * (mi & 1), (mi >> 1) * 8
-
-
-@dsl_user_op
-def ldsm_x4(addr, *, loc=None, ip=None) -> list:
-    """ldmatrix.x4 from the shared address `addr` of this lane's row: four 8x8 bf16 matrices, the
-    fragment of lane l in each: row l // 4, columns 2 (l % 4), + 1 (as four b32)."""
-    res = llvm.inline_asm(
-        llvm.StructType.get_literal([T.i32()] * 4), [Int32(addr).ir_value(loc=loc, ip=ip)],
-        "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,r,~{memory}",
-        has_side_effects=True, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
-    return [Int32(llvm.extractvalue(T.i32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
-
-
-@dsl_user_op
-def mma_16816(a: list, b: list, c: list, *, loc=None, ip=None) -> list:
-    """D = A B + C, mma.sync.m16n8k16 (bf16 A row-major, B column-major, fp32 C / D), PTX fragment order."""
-    ops = ([Int32(x).ir_value(loc=loc, ip=ip) for x in a] + [Int32(x).ir_value(loc=loc, ip=ip) for x in b]
-           + [Float32(x).ir_value(loc=loc, ip=ip) for x in c])
-    res = llvm.inline_asm(
-        llvm.StructType.get_literal([T.f32()] * 4), ops,
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, "
-        "{$10, $11, $12, $13};", "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
-        has_side_effects=False, is_align_stack=False, asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip)
-    return [Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
-
-
 @dsl_user_op
 def st_cluster_f32(smem_ptr, rank, val, *, loc=None, ip=None) -> None:
     """Store an fp32 at this shared-memory address of cluster CTA `rank` (mapa turns the CTA-local
@@ -415,12 +315,6 @@ class AttnResPush:
         PAIRS = gram_pairs(NS, ROUNDS)
         NG = len(PAIRS)
         NVAL = NG + NS
-        # pushed column c holds G[COLS[c]] (w_res = row NS): the MMA plan's order, else the lean one's
-        COLS = mma_columns(NS, ROUNDS) if ROUNDS == 1 else PAIRS + [(j, NS) for j in range(NS)]
-        gcol = {ab: c for c, ab in enumerate(COLS)}
-        MASKS = mma_masks(NS, ROUNDS)
-        NROW = NS + 1                     # the tile's rows: the sources, then w_res
-        TILES = 1 + max(d_slot(a, b)[0] for a, b in COLS) // 4          # D1 (columns 8-15) only when needed
         SIZES = halving_sizes(NVAL)       # the exact halving butterfly: lane l ends with LANES[l]
         REAL = real_masks(NVAL)           # per final slot e: the lanes whose slot e holds a value
         NFIN = len(REAL)                  # values a lane holds after it (1 for NVAL <= 32)
@@ -430,10 +324,7 @@ class AttnResPush:
         lane = cute.arch.lane_idx()
         warp = cute.arch.warp_idx()
         smem = cutlass.memory.SmemAllocator()
-        buf = smem.allocate_tensor(Float32, cute.make_layout((NVAL, SLOTS), stride=(SLOTS, 1)), byte_alignment=16)
-        if const_expr(ROUNDS == 1):
-            tile = smem.allocate_tensor(BFloat16, cute.make_layout((NWARPS, NROW, ROW_ELEMS),
-                                                                   stride=(NROW * ROW_ELEMS, ROW_ELEMS, 1)), byte_alignment=16)
+        buf = smem.allocate_tensor(Float32, cute.make_layout((SLOTS, NVAL), stride=(NVAL, 1)), byte_alignment=16)
         buf2 = smem.allocate_tensor(Float32, cute.make_layout((SLOTS,)), byte_alignment=16)   # round 2
         if const_expr(CS > 1):
             # the peers' pushes land on mbar[round - 1] by st.async; every CTA's mbarriers must be
@@ -499,34 +390,12 @@ class AttnResPush:
                 if k * THREADS + tidx < SV:
                     cute.autovec_copy(src[NB][k], cute.local_tile(gnp, (VEC,), (vix[k],)))
 
-        if const_expr(ROUNDS == 1):
-            vf = [[unpack_bf16(src[j][k]) for k in range(NV)] for j in range(NS)]  # for the mix
-            # the warp's Gram matrix on the tensor cores: this lane's 16 bytes of every source and of w_res
-            # into the warp's tile, then per k-step (16 elements) one ldmatrix.x4: A (rows = sources), and
-            # as its registers 0, 2 / 1, 3 the B fragments of D0 / D1 (B = A^T); k-step s accumulates into
-            # chain s % ACC_CHAINS (independent MMA chains), the chains summed pairwise at the end
-            for j in cutlass.range_constexpr(NS):
-                cute.autovec_copy(src[j][0], cute.local_tile(tile[warp, j, None], (VEC,), (lane,)))
-            cute.autovec_copy(rwr[0], cute.local_tile(tile[warp, NS, None], (VEC,), (lane,)))
-            cute.arch.sync_warp()
-            arow, aoff = ldsm_row(lane)                                 # the row of an 8x8 matrix this lane addresses
-            arow = cutlass.select_(arow < NROW, arow, 0)                # rows past w_res: any row (their D is unused)
-            abase = Int32((tile.iterator + (warp * (NROW * ROW_ELEMS) + arow * ROW_ELEMS + aoff)).toint())
-            dacc = [[[Float32(0.0)] * 4 for _ in range(ACC_CHAINS)] for _ in range(TILES)]
-            for s in cutlass.range_constexpr(32 * VEC // 16):
-                af = ldsm_x4(abase + s * 32)
-                ch = s % ACC_CHAINS
-                dacc[0][ch] = mma_16816(af, [af[0], af[2]], dacc[0][ch])
-                if const_expr(TILES > 1):
-                    dacc[1][ch] = mma_16816(af, [af[1], af[3]], dacc[1][ch])
-            dreg = [pairwise_sum([dacc[r // 4][ch][r % 4] for ch in range(ACC_CHAINS)]) for r in range(4 * TILES)]
-        else:
-            # this thread's partials, each one FMA chain over its elements in order: the products in
-            # gram_pairs order, then the dots with w_res
-            vf = [[unpack_bf16(src[j][k]) for k in range(NV)] for j in range(NS)]
-            wr = [unpack_bf16(rwr[k]) for k in range(NV)]
-            vals = [fma_chain(vf[a], vf[b]) for a, b in PAIRS] + [fma_chain(vf[j], wr) for j in range(NS)]
-            vals = halving_butterfly(vals, lane)
+        # this thread's partials, each one FMA chain over its elements in order: the products in
+        # gram_pairs order, then the dots with w_res
+        vf = [[unpack_bf16(src[j][k]) for k in range(NV)] for j in range(NS)]
+        wr = [unpack_bf16(rwr[k]) for k in range(NV)]
+        vals = [fma_chain(vf[a], vf[b]) for a, b in PAIRS] + [fma_chain(vf[j], wr) for j in range(NS)]
+        vals = halving_butterfly(vals, lane)
 
         # push this warp's totals into column OFF(lane) + e, slot (rank, warp) of every CTA of the cluster
         base = Int32(0)
@@ -539,51 +408,33 @@ class AttnResPush:
             cute.arch.cluster_wait()                                    # every CTA's mbarriers are initialised
             if tidx == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(mbar.iterator, 4 * SLOTS * NVAL)
-        if const_expr(ROUNDS == 1):
-            # the MMA plan: lane l pushes register r to column MASKS[r][1] + popc(MASKS[r][0] & lanes below l);
-            # the peers' window addresses of the buffer and mbarrier mapped once per CTA (mapa)
-            below = cute.arch.lanemask_lt()
-            if const_expr(CS > 1):
-                bufa, mba = Int32(buf.iterator.toint()), Int32(mbar.iterator.toint())
-                peers = [(mapa_u32(bufa, q), mapa_u32(mba, q)) for q in range(CS)]
-            for r in cutlass.range_constexpr(4 * TILES):
-                if const_expr(MASKS[r][0] != 0):
-                    if ((Int32(MASKS[r][0]) >> lane) & 1) != 0:        # register r of this lane holds a pushed entry
-                        pc = MASKS[r][1] + Int32(cute.arch.popc(Int32(MASKS[r][0]) & below))
-                        if const_expr(CS == 1):
-                            buf[pc, slot] = dreg[r]
-                        else:
-                            for q in cutlass.range_constexpr(CS):
-                                st_async_mapped_f32(peers[q][0] + (pc * SLOTS + slot) * 4, peers[q][1], dreg[r])
-        else:
-            for e in cutlass.range_constexpr(NFIN):
-                if ((Int32(REAL[e]) >> lane) & 1) != 0:                     # slot e of this lane holds a value
-                    if const_expr(CS == 1):
-                        if sub == 0:
-                            buf[base + e, slot] = vals[e]
-                    elif const_expr(CS <= GROUP):
-                        if sub < CS:                                        # lane `sub` of the group pushes to CTA sub
-                            st_async_f32(buf.iterator + ((base + e) * SLOTS + slot), mbar.iterator, sub, vals[e])
-                    else:
-                        if sub == 0:
-                            for q in cutlass.range_constexpr(CS):
-                                st_async_f32(buf.iterator + ((base + e) * SLOTS + slot), mbar.iterator, q, vals[e])
+        for e in cutlass.range_constexpr(NFIN):
+            if ((Int32(REAL[e]) >> lane) & 1) != 0:                     # slot e of this lane holds a value
+                if const_expr(CS == 1):
+                    if sub == 0:
+                        buf[slot, base + e] = vals[e]
+                elif const_expr(CS <= GROUP):
+                    if sub < CS:                                        # lane `sub` of the group pushes to CTA sub
+                        st_async_f32(buf.iterator + (slot * NVAL + base + e), mbar.iterator, sub, vals[e])
+                else:
+                    if sub == 0:
+                        for q in cutlass.range_constexpr(CS):
+                            st_async_f32(buf.iterator + (slot * NVAL + base + e), mbar.iterator, q, vals[e])
         if const_expr(CS > 1):
             cute.arch.mbarrier_wait(mbar.iterator, 0)                   # every CTA's pushes landed here
         else:
             cute.arch.barrier()
 
         # every lane: the column totals over the slots (lane l: columns l and l + 32), chain_sum order
-        col = cute.make_rmem_tensor(cute.make_layout((SLOTS,)), Float32)
         tot = []
         for c in cutlass.range_constexpr((NVAL + 31) // 32):
             t = Float32(0.0)
             if lane + c * 32 < NVAL:
-                cute.autovec_copy(buf[lane + c * 32, None], col)
-                t = chain_sum([col[s] for s in range(SLOTS)])
+                t = chain_sum([buf[s, lane + c * 32] for s in range(SLOTS)])
             tot.append(t)
         allv = [cute.arch.shuffle_sync(tot[i // 32], i % 32) for i in range(NVAL)]
-        logit = [allv[gcol[(j, NS)]] * cute.math.rsqrt(allv[gcol[(j, j)]] * (1.0 / HIDDEN) + EPS, fastmath=True)
+        gidx = {pr: g for g, pr in enumerate(PAIRS)}
+        logit = [allv[NG + j] * cute.math.rsqrt(allv[gidx[(j, j)]] * (1.0 / HIDDEN) + EPS, fastmath=True)
                  for j in range(NS)]
         mx = logit[0]
         for j in cutlass.range_constexpr(1, NS):
@@ -607,7 +458,7 @@ class AttnResPush:
             qf = Float32(0.0)
             for g in cutlass.range_constexpr(NG):
                 a, b = PAIRS[g]
-                qf += (p[a] * p[b] * (1.0 if a == b else 2.0)) * allv[gcol[(a, b)]]
+                qf += (p[a] * p[b] * (1.0 if a == b else 2.0)) * allv[g]
             rstd = cute.math.rsqrt(cute.arch.fmax(qf, Float32(0.0)) * (1.0 / HIDDEN) + EPS, fastmath=True)
         else:
             ss2 = fma_chain(mixf, mixf)
