@@ -42,23 +42,11 @@ def _module(cid: str):
 
 
 def _halving_butterfly(vals: torch.Tensor, halvings: int) -> torch.Tensor:
-    """[..., 32, P] per-lane values -> [..., 32, 2]: the kernel's shuffles step by step in fp32.
+    """[..., 32, P] per-lane values -> [..., 32, 2]: the plain kernel's shuffles step by step in fp32.
     At offset `off` a halving step keeps the upper half in lanes with bit `off` set (the lower half
-    elsewhere) and adds the partner's copy of the kept half; later offsets are plain butterflies."""
-    lanes = torch.arange(32)
-    for h in range(5):
-        off = 16 >> h
-        partner = lanes ^ off
-        if h < halvings:
-            half = vals.shape[-1] // 2
-            lo, hi = vals[..., :half], vals[..., half:]
-            upper = ((lanes & off) != 0)[:, None]
-            keep = torch.where(upper, hi, lo)
-            send = torch.where(upper, lo, hi)
-            vals = keep + send[..., partner, :]
-        else:
-            vals = vals + vals[..., partner, :]
-    return vals
+    elsewhere) and adds the partner's copy of the kept half; later offsets are plain butterflies:
+    the exact butterfly below with every list already a power of 2 (no padding step)."""
+    return _exact_halving_butterfly(vals, [vals.shape[-1] >> (h + 1) if h < halvings else 0 for h in range(5)])
 
 
 def _exact_halving_butterfly(vals: torch.Tensor, sizes: list[int]) -> torch.Tensor:
