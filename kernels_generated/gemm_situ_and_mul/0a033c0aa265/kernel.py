@@ -42,8 +42,9 @@ best split over K-clusters with the ring, the latent GEMMs without a cluster). T
 its warps, unroll and ring; the B <= 64 kernel always uses the main plan.
 BULK (the small kernel, exact plans whose slices fit in shared memory, BULK_SMEM_MAX): each warp's
 whole weight slice (ROWS rows x KB blocks) is requested at the start by ROWS cp.async.bulk copies,
-one per row and each issued by its own lane, into the warp's shared-memory buffer, completing on the
-warp's mbarrier; the x slice is loaded into registers meanwhile, then the warp waits once and runs
+one per row, all issued by lane 0 (warp-uniform operands: one lane per copy made ptxas serialise the
+copies through a per-lane loop, 31% of the samples), into the warp's shared-memory buffer, completing
+on the warp's mbarrier; the x slice is loaded into registers meanwhile, then the warp waits once and runs
 its KB blocks' MMAs from shared memory (ld.shared of the same 16-byte fragments). Every weight byte
 of the GEMM is in flight from the first microsecond instead of UNROLL blocks per warp (ncu, session
 17: d086de at TP8 keeps DRAM 45% busy). Same blocks, same order, same MMAs: the sums are
@@ -277,12 +278,10 @@ class SkinnyGemm:
             cute.arch.sync_warp()
             if lane == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(mbar.iterator + warp, ROWS * p.kb * 64)
-            if lane < ROWS:                                      # lane i copies slice row i
-                bh = (lane % 16) // 8
-                bg = lane % 8
-                brow = bh * (p.n // 2) + cutlass.min(bn * OUT_COLS + (lane // 16) * 8 + bg, p.n // 2 - 1)
-                bulk_g2s(sW.iterator + (warp * ROWS + lane) * KS, mW.iterator + (brow * p.k + blk0 * 32), p.kb * 64,
-                         mbar.iterator + warp)
+                for i in cutlass.range_constexpr(ROWS):             # lane 0 copies every slice row: warp-uniform
+                    brow = (i % 16) // 8 * (p.n // 2) + cutlass.min(bn * OUT_COLS + (i // 16) * 8 + i % 8, p.n // 2 - 1)
+                    bulk_g2s(sW.iterator + (warp * ROWS + i) * KS, mW.iterator + (brow * p.k + blk0 * 32), p.kb * 64,
+                             mbar.iterator + warp)
         for ch in cutlass.range(cute.ceil_div(M, 8 * NT), unroll=1):
             tok0 = ch * (8 * NT)
             for mt in cutlass.range_constexpr(M_TILES):
