@@ -30,13 +30,13 @@ _PTX_PROBE = r"""
 import os, sys, importlib.util, pathlib, json
 spec = importlib.util.spec_from_file_location("k", sys.argv[1]); m = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(m)
-m.compile(8, "--enable-tvm-ffi", **json.loads(sys.argv[2]))
+m.compile(int(sys.argv[3]), "--enable-tvm-ffi", **json.loads(sys.argv[2]))
 print(json.dumps({"ptx": "\n".join(p.read_text() for p in pathlib.Path(os.environ["CUTE_DSL_DUMP_DIR"]).rglob("*.ptx"))}))
 """
 
 
-def compiled_ptx(kernel_path: Path, dump_dir: Path, **static) -> str:
-    """The PTX of a candidate's kernel.py compiled for sm_90a at TP8 (with the static key given,
+def compiled_ptx(kernel_path: Path, dump_dir: Path, tp: int = 8, **static) -> str:
+    """The PTX of a candidate's kernel.py compiled for sm_90a at TP `tp` (with the static key given,
     e.g. shape="nb8"), in a child process (CUTE_DSL_KEEP dumps into a fresh folder under dump_dir:
     the probe returns every .ptx it finds there, so a reused folder would mix in earlier kernels)."""
     import json
@@ -47,7 +47,7 @@ def compiled_ptx(kernel_path: Path, dump_dir: Path, **static) -> str:
 
     dump_dir = Path(tempfile.mkdtemp(prefix="ptx_", dir=dump_dir))
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="ptx", CUTE_DSL_DUMP_DIR=str(dump_dir))
-    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(kernel_path), json.dumps(static)],
+    out = subprocess.run([sys.executable, "-c", _PTX_PROBE, str(kernel_path), json.dumps(static), str(tp)],
                          capture_output=True, text=True, env=env, timeout=600, cwd=dump_dir)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])["ptx"]

@@ -1,11 +1,13 @@
-"""The `bulk` knob of the swap-AB GEMM template (prompts/kernels/_shared/_swapab.j2, session 17),
-checked on the CPU: which plans take it (bulk_fits) and what the compiled PTX does.
+"""The `bulk` and `alt_bulk` knobs of the swap-AB GEMM template (prompts/kernels/_shared/_swapab.j2,
+session 17), checked on the CPU: which plans take them (bulk_fits) and what the compiled PTX does.
 
 A bulk small kernel requests each warp's whole weight slice by cp.async.bulk (one copy per slice
 row, issued by lane 0, completing on the warp's mbarrier), loads x into registers meanwhile, waits
 once, and reads its MMA fragments from shared memory: per 8-token tile kb x M_TILES x 2 ld.shared.v4
 of weights and kb global loads of x, and no global load of a weight. The same check on d086de (the
-promoted point the bulk ones derive from) must fail: the test can fail.
+promoted point the bulk ones derive from) must fail: the test can fail. alt_bulk (the promoted
+f59c24) gives only the ALT plan's small kernel (TP16 shared_gate_up) that shape; at TP8 its small
+kernel is d086de's, without a bulk copy.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module, template_params
 
 PLAIN = "d086decc8fad"                   # gemm_situ_and_mul promoted in session 15: the LDG ring
+ALT_ONLY = "f59c240f46ef"                # promoted in session 17: alt_bulk, bulk off
 
 
 def _bulk_points() -> list[str]:
@@ -47,15 +50,16 @@ def test_bulk_fits_takes_exact_plans_that_fit_shared_memory(cid):
     assert not mod.bulk_fits(p, mod.BULK_X_REGS // p.kb + 1)
 
 
-def _small_kernel(cid: str, tmp_path) -> tuple[str, object]:
-    """The PTX body of the small (B <= SMALL_M) kernel at TP8, and its plan."""
-    ptx = compiled_ptx(ROOT / "kernels_generated" / "gemm_situ_and_mul" / cid / "kernel.py", tmp_path,
+def _small_kernel(cid: str, tmp_path, tp: int = 8) -> tuple[str, object]:
+    """The PTX body of the small (B <= SMALL_M) kernel at this TP, and the plan it runs."""
+    ptx = compiled_ptx(ROOT / "kernels_generated" / "gemm_situ_and_mul" / cid / "kernel.py", tmp_path, tp=tp,
                        shape="shared_gate_up")
     entries = {e.split("(", 1)[0]: e for e in ptx.split(".entry ")[1:]}
     small = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
     assert len(small) == 1, list(entries)
     mod = _module(cid)
-    return small[0], mod.plan(*mod.gemm_kn("shared_gate_up", 8))
+    alt = hasattr(mod, "uses_alt") and mod.uses_alt("shared_gate_up", tp)
+    return small[0], mod.plan(*mod.gemm_kn("shared_gate_up", tp), **({"alt": True} if alt else {}))
 
 
 def _bulk_shape(body: str, kb: int, m_tiles: int) -> bool:
@@ -79,3 +83,17 @@ def test_the_check_fails_on_the_ring_kernel(tmp_path):
     body, p = _small_kernel(PLAIN, tmp_path)
     assert not _bulk_shape(body, p.kb, 1)
     assert "cp.async.bulk" not in body
+
+
+def test_alt_bulk_streams_only_the_alt_plan(tmp_path):
+    assert template_params("gemm_situ_and_mul", ALT_ONLY).get("alt_bulk") and \
+        not template_params("gemm_situ_and_mul", ALT_ONLY).get("bulk")
+    body16, p16 = _small_kernel(ALT_ONLY, tmp_path, tp=16)
+    assert p16.warps == _module(ALT_ONLY).ALT_WARPS                # TP16 runs the ALT plan
+    assert _bulk_shape(body16, p16.kb, 1)
+    body8, p8 = _small_kernel(ALT_ONLY, tmp_path, tp=8)
+    assert "cp.async.bulk" not in body8 and not _bulk_shape(body8, p8.kb, 1)
+    # ... and TP8's small kernel is the ring kernel of d086de, instruction for instruction
+    ring8, _ = _small_kernel(PLAIN, tmp_path, tp=8)
+    strip = lambda b: re.sub(r"\b\w*cand_[0-9a-f]{12}\w*", "K", b)  # noqa: E731  (kernel names carry the id)
+    assert strip(body8) == strip(ring8)
