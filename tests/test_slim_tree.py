@@ -72,3 +72,27 @@ def test_refuses_a_dirty_tree_and_a_double_on_and_off_when_not_on(repo: Path):
     assert again.returncode == 2 and "already on" in again.stderr
     assert _slim(repo, "off").returncode == 0
     assert _slim(repo, "bogus").returncode == 2
+
+
+def test_commits_on_the_slim_branch_are_refused_until_off(repo: Path):
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    assert _slim(repo, "on").returncode == 0 and hook.is_file()
+    (repo / "keep.py").write_text("k = 2\n")
+    _git(repo, "add", "keep.py")
+    refused = subprocess.run(["git", "commit", "-qm", "edit"], cwd=repo, env=ENV, capture_output=True, text=True)
+    assert refused.returncode != 0 and "slim_tree.sh off" in refused.stderr
+    assert _git(repo, "log", "-1", "--format=%s").startswith("slim tree")     # nothing committed on gpu-slim
+    assert _slim(repo, "off").returncode == 0 and not hook.exists()
+    assert (repo / "keep.py").read_text() == "k = 2\n"                          # the edit carried over
+    _git(repo, "commit", "-qm", "edit")                                          # ... and commits on main
+    assert _git(repo, "branch", "--show-current").strip() == "main"
+
+
+def test_a_repositorys_own_hook_is_left_alone(repo: Path):
+    hook = repo / ".git" / "hooks" / "pre-commit"
+    hook.write_text("#!/bin/sh\nexit 0\n")
+    hook.chmod(0o755)
+    on = _slim(repo, "on")
+    assert on.returncode == 0 and "no commit guard" in on.stderr
+    assert hook.read_text() == "#!/bin/sh\nexit 0\n"
+    assert _slim(repo, "off").returncode == 0 and hook.read_text() == "#!/bin/sh\nexit 0\n"

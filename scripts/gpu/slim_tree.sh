@@ -11,10 +11,14 @@
 # the removal of PATHs (nothing a benchmark or gate reads) on a branch `gpu-slim` made from HEAD,
 # so scripts/gpu/at_head.sh still sees a committed tree, and prints the call's size; `off` checks
 # the branch it came from out again and deletes `gpu-slim`. Commit what the call brought back
-# (results/...) only after `off`.
+# (results/...) only after `off`. While it is on, a pre-commit hook (installed by `on` unless the
+# repository has its own, removed by `off`) refuses commits on `gpu-slim`: work committed there
+# would vanish with the branch at `off` (session 17 did that once and had to cherry-pick it back).
 set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 state="$(git rev-parse --git-dir)/slim_tree_from"
+hook="$(git rev-parse --git-path hooks/pre-commit)"
+marker="# slim_tree.sh guard"
 case "${1:-}" in
   on)
     shift
@@ -27,6 +31,13 @@ case "${1:-}" in
     echo "$from" > "$state"
     git rm -rq -- "${paths[@]}"
     git commit -qm "slim tree for a device call (without ${paths[*]})"
+    if [ -e "$hook" ]; then
+      echo "slim_tree.sh: $hook exists, so no commit guard: commit nothing until 'off'" >&2
+    else
+      mkdir -p "$(dirname "$hook")"
+      printf '#!/bin/sh\n%s\nif [ "$(git symbolic-ref --quiet --short HEAD)" = gpu-slim ]; then\n  echo "slim_tree.sh is on: run bash scripts/gpu/slim_tree.sh off, then commit (your edits carry over)" >&2\n  exit 1\nfi\n' "$marker" > "$hook"
+      chmod +x "$hook"
+    fi
     echo "on: branch gpu-slim without ${paths[*]} (from $from)"
     if [ -f scripts/gpu/carry_size.py ]; then python3 scripts/gpu/carry_size.py .device || true; fi
     ;;
@@ -36,6 +47,7 @@ case "${1:-}" in
     git checkout -q "$from"
     git branch -q -D gpu-slim
     rm -f "$state"
+    if [ -f "$hook" ] && grep -qF "$marker" "$hook"; then rm -f "$hook"; fi
     echo "off: back on $from"
     ;;
   *)
