@@ -64,6 +64,11 @@ def sync_counts(ptx: str) -> dict[str, int]:
             "ld_cluster": count(r"ld\.shared::cluster")}
 
 
+def ptx_entries_by_name(ptx: str) -> dict[str, str]:
+    """Full kernel entry name -> its PTX body (the names carry the class: SkinnyGemmLarge, KdaPersist, ...)."""
+    return {e.split("(", 1)[0]: e for e in ptx.split(".entry ")[1:]}
+
+
 def ptx_entries(ptx: str) -> dict[str, str]:
     """Kernel name prefix ('kernel_cutlass_gemm', 'kernel_cutlass_topk', ...) -> its PTX body."""
     return {e.split("_kernel")[0] + "_kernel": e for e in ptx.split(".entry ")[1:]}

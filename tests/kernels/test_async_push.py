@@ -17,7 +17,7 @@ import re
 
 import pytest
 
-from kernel_helpers import ROOT, compiled_ptx, family_candidates, template_params
+from kernel_helpers import ROOT, compiled_ptx, family_candidates, ptx_entries_by_name, template_params
 
 ADD_RMSNORM_SYNC = "61c9e83c97e4"        # pushhybrid promoted in session 8: st.shared::cluster + cluster barrier
 ATTN_RES_SYNC = "876aac5846f7"           # gramhybrid promoted in session 8, likewise
@@ -39,8 +39,7 @@ def _own_fp32_small() -> list[str]:
 
 def _entries(op: str, cid: str, tmp_path, **static) -> dict[str, str]:
     """PTX entry name -> body, TP8."""
-    ptx = compiled_ptx(ROOT / "kernels_generated" / op / cid / "kernel.py", tmp_path, **static)
-    return {e.split("(", 1)[0]: e for e in ptx.split(".entry ")[1:]}
+    return ptx_entries_by_name(compiled_ptx(ROOT / "kernels_generated" / op / cid / "kernel.py", tmp_path, **static))
 
 
 def _async_push_shape(body: str) -> bool:

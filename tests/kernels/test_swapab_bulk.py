@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module, template_params
+from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module, ptx_entries_by_name, template_params
 
 PLAIN = "d086decc8fad"                   # gemm_situ_and_mul promoted in session 15: the LDG ring
 ALT_ONLY = "f59c240f46ef"                # promoted in session 17: alt_bulk, bulk off
@@ -52,14 +52,12 @@ def test_bulk_fits_takes_exact_plans_that_fit_shared_memory(cid):
 
 def _small_kernel(cid: str, tmp_path, tp: int = 8) -> tuple[str, object]:
     """The PTX body of the small (B <= SMALL_M) kernel at this TP, and the plan it runs."""
-    ptx = compiled_ptx(ROOT / "kernels_generated" / "gemm_situ_and_mul" / cid / "kernel.py", tmp_path, tp=tp,
-                       shape="shared_gate_up")
-    entries = {e.split("(", 1)[0]: e for e in ptx.split(".entry ")[1:]}
+    entries = ptx_entries_by_name(compiled_ptx(ROOT / "kernels_generated" / "gemm_situ_and_mul" / cid / "kernel.py",
+                                               tmp_path, tp=tp, shape="shared_gate_up"))
     small = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
     assert len(small) == 1, list(entries)
     mod = _module(cid)
-    alt = hasattr(mod, "uses_alt") and mod.uses_alt("shared_gate_up", tp)
-    return small[0], mod.plan(*mod.gemm_kn("shared_gate_up", tp), **({"alt": True} if alt else {}))
+    return small[0], mod.plan(*mod.gemm_kn("shared_gate_up", tp), alt=mod.uses_alt("shared_gate_up", tp))
 
 
 def _bulk_shape(body: str, kb: int, m_tiles: int) -> bool:
