@@ -22,8 +22,10 @@ ALT_ONLY = "f59c240f46ef"                # promoted in session 17: alt_bulk, bul
 
 
 def _bulk_points() -> list[str]:
+    """Committed points with bulk on and per-row copies (tma points: tests/kernels/test_swapab_tma.py)."""
     return [c for c in family_candidates("gemm_situ_and_mul", "swapab_situ")
-            if template_params("gemm_situ_and_mul", c).get("bulk")]
+            if template_params("gemm_situ_and_mul", c).get("bulk")
+            and not template_params("gemm_situ_and_mul", c).get("tma")]
 
 
 def _module(cid: str):
