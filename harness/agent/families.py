@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +27,7 @@ from ..errors import UserError
 Params = dict[str, Any]
 
 
+ENUMERATE_MAX = 20_000                   # spaces up to this size are enumerated; larger ones are sampled
 SHARED_PARTIALS = "_shared"              # prompts/kernels/_shared/: partials of families of several ops
 
 
@@ -79,15 +83,27 @@ class Family:
         except Exception:   # a constraint that cannot be evaluated rules the point out
             return False
 
-    def configs(self) -> list[Params]:
-        """Every feasible configuration, in declaration order."""
+    def size(self) -> int:
+        """Points in the product of the value lists (feasible or not): what configs() walks."""
+        return math.prod(len(v) for v in self.params.values())
+
+    def iter_configs(self) -> Iterator[Params]:
+        """Every feasible configuration, in declaration order, one at a time."""
         names = list(self.params)
-        out = []
         for values in itertools.product(*(self.params[n] for n in names)):
             p = dict(zip(names, values))
             if self.feasible(p):
-                out.append(p)
-        return out
+                yield p
+
+    def configs(self) -> list[Params]:
+        """Every feasible configuration, in declaration order (walks the whole product: size())."""
+        return list(self.iter_configs())
+
+    def sample(self, rng: random.Random) -> Params | None:
+        """One uniformly drawn point of the product, or None where it is infeasible: the search's
+        way into spaces too large to enumerate."""
+        p = {n: rng.choice(v) for n, v in self.params.items()}
+        return p if self.feasible(p) else None
 
     def neighbours(self, params: Params) -> list[Params]:
         """Feasible configurations one step away along one parameter's ordered list."""
@@ -103,8 +119,12 @@ class Family:
         return out
 
     def start(self) -> Params | None:
+        """The declared default if feasible, else the middle feasible point (a space too large to
+        enumerate: the first feasible one)."""
         if self.default and self.feasible(self.default):
             return dict(self.default)
+        if self.size() > ENUMERATE_MAX:
+            return next(self.iter_configs(), None)
         cfgs = self.configs()
         return cfgs[len(cfgs) // 2] if cfgs else None
 

@@ -5,6 +5,11 @@ spread of the space; every later round keeps the best half of what was scored (a
 one survivor, best first) and proposes untried one-step neighbours of the survivors,
 best survivor's first, filling any slack with seeded random untried points. Scores are "lower is better":
 measured time on a GPU, or the compile-feedback proxy without one.
+
+Spaces up to families.ENUMERATE_MAX points are enumerated once (the random fill shuffles every
+untried point); larger ones are never enumerated: their random fill draws points of the product
+and keeps the feasible, untried ones (SAMPLE_TRIES draws a wanted point at most), so a family's
+space may grow past what a list of its points would hold.
 """
 from __future__ import annotations
 
@@ -12,9 +17,12 @@ import math
 import random
 from dataclasses import dataclass
 
-from .families import Family, Params, params_key
+import json
+
+from .families import ENUMERATE_MAX, Family, Params, params_key
 
 FAILED = math.inf          # a configuration that did not compile / verify
+SAMPLE_TRIES = 64          # draws per wanted point from a sampled (too large to enumerate) space
 
 
 @dataclass(frozen=True)
@@ -31,7 +39,21 @@ class HalvingSearch:
     def __init__(self, families: list[Family], seed: int = 0):
         self.families = {f.name: f for f in families}
         self.seed = seed
-        self.space = [Proposal(f.name, p) for f in families for p in f.configs()]
+        small = [f for f in families if f.size() <= ENUMERATE_MAX]
+        self.sampled = [f for f in families if f.size() > ENUMERATE_MAX]
+        self.space = [Proposal(f.name, p) for f in small for p in f.configs()]   # the enumerated part
+
+    def proposal(self, key: str) -> Proposal | None:
+        """The proposal a score key names, if it is a feasible point of one of the families."""
+        fam_name, _, blob = key.partition(":")
+        fam = self.families.get(fam_name)
+        try:
+            params = json.loads(blob)
+        except json.JSONDecodeError:
+            return None
+        if fam is None or not isinstance(params, dict) or not fam.feasible(params):
+            return None
+        return Proposal(fam_name, params)
 
     def propose(self, k: int, scores: dict[str, float], round_no: int) -> list[Proposal]:
         """Up to k untried proposals given `scores` (key -> score; FAILED for failures)."""
@@ -45,18 +67,28 @@ class HalvingSearch:
                 picked.append(p)
                 seen.add(p.key)
 
-        by_key = {p.key: p for p in self.space}
-        ranked = sorted((s, key) for key, s in scores.items() if s < FAILED and key in by_key)
+        known = {key: p for key in scores if (p := self.proposal(key)) is not None}
+        ranked = sorted((s, key) for key, s in scores.items() if s < FAILED and key in known)
         if not ranked:
             for f in self.families.values():
                 if (s := f.start()) is not None:
                     take(Proposal(f.name, s))
         else:
-            survivors = [by_key[key] for _, key in ranked[: max(1, math.ceil(len(ranked) / 2))]]
+            survivors = [known[key] for _, key in ranked[: max(1, math.ceil(len(ranked) / 2))]]
             for s in survivors:                       # best survivor's neighbours first
                 for q in self.families[s.family].neighbours(s.params):
                     take(Proposal(s.family, q))
         rest = [p for p in self.space if p.key not in tried and p.key not in seen]
+        for f in self.sampled:                        # spaces too large to list: draw untried points
+            drawn: set[str] = set()
+            for _ in range(SAMPLE_TRIES * max(0, k - len(picked))):
+                if len(drawn) >= k - len(picked):
+                    break
+                if (q := f.sample(rng)) is not None:
+                    p = Proposal(f.name, q)
+                    if p.key not in tried and p.key not in seen and p.key not in drawn:
+                        drawn.add(p.key)
+                        rest.append(p)
         rng.shuffle(rest)
         for p in rest:
             take(p)

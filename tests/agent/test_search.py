@@ -102,3 +102,39 @@ def test_compile_proxy_orders_spills_then_registers():
     assert few_regs < no_spill_many_regs < spill_few_regs
     assert compile_proxy([64], [0], [8]) < compile_proxy([64], [0], [0])
     assert math.isfinite(compile_proxy([None], [None], [None]))
+
+
+def test_a_space_too_large_to_list_is_sampled_and_still_searched(tmp_path, monkeypatch):
+    """10 knobs of 4 values (1,048,576 points, over ENUMERATE_MAX): the search never lists the space
+    (configs() would raise) yet finds the bottom of a bowl in a few hundred evaluations, proposing
+    only feasible, untried points."""
+    from harness.agent import families as fam_mod
+
+    names = [f"k{i}" for i in range(10)]
+    tpl = tmp_path / "kernels" / "moe_router" / "big.py.j2"
+    tpl.parent.mkdir(parents=True)
+    tpl.write_text("".join(f"{n.upper()} = {{{{ {n} }}}}\n" for n in names))
+    (tpl.parent / "big.space.json").write_text(json.dumps(
+        {"params": {n: [0, 1, 2, 3] for n in names}, "constraints": ["k0 + k1 <= 5"],
+         "default": {n: 0 for n in names}}))
+    fam = load_families("moe_router", tmp_path)[0]
+    assert fam.size() == 4 ** 10 > fam_mod.ENUMERATE_MAX
+
+    def refuse(self):
+        raise AssertionError("enumerated")
+
+    monkeypatch.setattr(fam_mod.Family, "iter_configs", refuse)
+    target = {n: (i % 3) + 1 for i, n in enumerate(names)}                 # feasible: k0 + k1 = 3
+    cost = lambda p: sum((p[n] - target[n]) ** 2 for n in names)        # noqa: E731
+    search = HalvingSearch([fam], seed=5)
+    scores: dict[str, float] = {}
+    for r in range(1, 61):
+        props = search.propose(8, scores, r)
+        assert props and not {p.key for p in props} & set(scores)
+        for p in props:
+            assert p.params["k0"] + p.params["k1"] <= 5
+            scores[p.key] = float(cost(p.params))
+    best_key, best = search.best(scores)
+    assert best == 0.0 and best_key == params_key(fam.name, target)
+    assert len(scores) <= 480
+
