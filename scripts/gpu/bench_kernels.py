@@ -20,7 +20,9 @@ A candidate is only checked and timed at the points of its declared scope (batch
 shapes, state dtypes). Points span TP x shape (ops with named shapes) x state dtype x B.
 Prints one table per op (B; eager; torch.compile; ours; floor; % of floor) and writes
 $OUT/bench_kernels_<op>[-<op>...].json (named by --ops, so two runs in one device command keep
-both files). A failing candidate or point is recorded and the run goes on.
+both files, rewritten after every point). A failing candidate or point is recorded and the run
+goes on; a hanging one (a kernel that never finishes) ends the run at --step-deadline-s with its
+"[step]" line and a traceback on stderr (scripts/gpu/step_watchdog.py), the points before it kept.
 Needs no pydantic / gitpython / LLM SDKs.
 """
 from __future__ import annotations
@@ -44,6 +46,9 @@ import reference_impls  # noqa: E402
 from harness.compare import compare  # noqa: E402
 from harness.opdef import Point, Role, SWEEP_BATCHES  # noqa: E402
 from harness.toolchain import timing  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from step_watchdog import StepWatchdog  # noqa: E402
 
 L2_BYTES = 60 * 2**20          # H200
 
@@ -206,7 +211,11 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
 
 
 def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bool,
-             rounds: int, only: tuple[str, ...] = ()) -> dict:
+             rounds: int, only: tuple[str, ...] = (), dog: StepWatchdog | None = None,
+             on_row=lambda rec: None) -> dict:
+    """One op's table; `dog` (if given) times every compile + check and every point's timing,
+    `on_row(rec)` runs after each point (the caller writes its JSON there)."""
+    step = dog.step if dog is not None else (lambda what: None)
     defn = reference_impls.get(op)
     cands = human_candidates(op, only)
     by_label = {c["label"]: c for c in cands}
@@ -253,6 +262,7 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
                 continue
             st = static_for(defn, point)
             key = json.dumps([tp, st], sort_keys=True)
+            step(f"{op} {label} {point_label(defn, point)}: compile + check")
             try:
                 if key not in cache:
                     t0 = time.perf_counter()
@@ -269,6 +279,7 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
         if shape_key in timed_by_shape:                 # e.g. the router is the same at TP8/TP16
             row["times"] = timed_by_shape[shape_key]
         else:
+            step(f"{op} {point_label(defn, point)}: timing {', '.join(impls)}")
             times: dict = {}
             for name, fn in impls.items():          # warm each alone (torch.compile traces here)
                 try:
@@ -290,8 +301,11 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
             timed_by_shape[shape_key] = times
             row["times"] = times
         rec["rows"].append(row)
+        on_row(rec)
         del sets, outs
         torch.cuda.empty_cache()
+    if dog is not None:
+        dog.done()
     return rec
 
 
@@ -357,6 +371,8 @@ def main() -> None:
     ap.add_argument("--state-dtypes", default="fp32,bf16", help="state dtypes of ops with several")
     ap.add_argument("--candidates", default="", help="only candidates whose id starts with one of these")
     ap.add_argument("--no-launch-floor", action="store_true", help="skip timing the empty-kernel launch floor")
+    ap.add_argument("--step-deadline-s", type=float, default=300.0,
+                    help="end the run when one compile + check or one point's timing takes longer (a hung kernel)")
     args = ap.parse_args()
     only = tuple(c for c in args.candidates.split(",") if c)
     arch = arch_of_device()
@@ -387,7 +403,12 @@ def main() -> None:
             defn = reference_impls.get(op)
             points = op_points(defn, [int(b) for b in args.batches.split(",")], [int(t) for t in args.tps.split(",")],
                                [s for s in args.shapes.split(",") if s], [s for s in args.state_dtypes.split(",") if s])
-            rec = bench_op(op, points, arch, bw, not args.no_compile_baseline, args.rounds, only)
+            def partial(r: dict, op: str = op) -> None:      # the points so far survive a hang
+                result["ops"][op] = r
+                out_file.write_text(json.dumps(result, indent=1, default=str))
+
+            rec = bench_op(op, points, arch, bw, not args.no_compile_baseline, args.rounds, only,
+                           dog=StepWatchdog(args.step_deadline_s), on_row=partial)
         except Exception as exc:  # noqa: BLE001
             rec = {"op": op, "error": err_text(exc), "candidates": {}, "rows": []}
             print(f"\n== {op} ==  FAILED: {rec['error']}")
