@@ -1,6 +1,7 @@
 """The `vec_reduce` knob of the swap-AB GEMM template (prompts/kernels/_shared/_swapab.j2, session
-18), checked on the CPU. Not yet measured on a GPU: its candidates (gemm_situ 5e77f2, skinny 19b8f1)
+18), checked on the CPU. Not yet measured on a GPU: its candidates (gemm_situ 8b61e1, skinny ea5f16)
 are the next GPU session's first bench.
+Plans without a cluster (CK = 1) keep the scalar reduction.
 
 With vec_reduce the cluster reduction's unit is a (lane, m-tile): one thread on rank u % CK reads
 the lane's 4 slots of every (rank, warp) with one ld.shared::cluster.v4 (the partials stored
@@ -17,9 +18,9 @@ import pytest
 
 from kernel_helpers import ROOT, compiled_ptx, load_module, ptx_entries_by_name, template_params
 
-SITU = "5e77f2261ac3"                 # 497382 + vec_reduce
+SITU = "8b61e1b4d727"                 # 497382 + vec_reduce
 SCALAR = "49738245078c"               # the promoted point: scalar DSMEM loads
-SKINNY = "19b8f1613710"               # fcb21b + vec_reduce
+SKINNY = "ea5f16536993"               # fcb21b + vec_reduce
 
 
 def _situ(cid: str = SITU):
@@ -90,3 +91,19 @@ def test_the_check_fails_on_the_scalar_reduction(tmp_path):
     body, p = _small(SCALAR, tmp_path)
     assert not _vred_shape(body, p.ck, p.warps)
     assert len(re.findall(r"ld\.shared::cluster\.f32", body)) == 2 * p.ck * p.warps
+
+
+def test_plans_without_a_cluster_keep_the_scalar_reduction(tmp_path):
+    """skinny latent_down runs fcb21b's plan without a cluster: its small kernel is fcb21b's,
+    instruction for instruction (kernel names carry the candidate id)."""
+    def small(cid: str) -> str:
+        path = ROOT / "kernels_generated" / "skinny_gemm" / cid / "kernel.py"
+        entries = ptx_entries_by_name(compiled_ptx(path, tmp_path, tp=8, shape="latent_down"))
+        out = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
+        assert len(out) == 1
+        return re.sub(r"\b\w*cand_[0-9a-f]{12}\w*", "K", out[0])
+
+    mod = _skinny()
+    assert mod.plan(*mod.gemm_kn("latent_down", 8)).ck == 1
+    assert small(SKINNY) == small("fcb21beff05f")
+

@@ -19,7 +19,7 @@ the same permuted k, a dot product is order-free). Rows past N read row N-1 (val
 results dropped); tokens past B read token B-1 (likewise).
 Reduction (deterministic): every warp writes its fp32 accumulators to shared memory; after a
 CTA barrier the partials of the WARPS warps are summed in warp order and writes bf16.
-VEC_REDUCE: the partials are stored [warp, lane, slot] (a lane's 4 slots of an m-tile in 16 bytes,
+VEC_REDUCE (cluster plans; CK = 1 keeps the scalar form): the partials are stored [warp, lane, slot] (a lane's 4 slots of an m-tile in 16 bytes,
 one st.shared.v4), and the reduction's unit is a (lane, m-tile): its thread reads the 4 slots of
 every (rank, warp) with one ld.shared::cluster.v4 and writes all its outputs. Units are spread over
 the cluster's ranks (unit u on rank u % CK), where the scalar form gave every owner 2 x CK x WARPS
@@ -237,8 +237,12 @@ class SkinnyGemm:
         b = cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), BFloat16)
         rx = cute.make_rmem_tensor(cute.make_layout((VEC,), stride=(1,)), BFloat16)
         smem = cutlass.memory.SmemAllocator()
-        sPart = smem.allocate_tensor(Float32, cute.make_layout((p.warps, 32, FRAG), stride=(FRAG * 32, FRAG, 1)),
-                                     byte_alignment=16)
+        if const_expr(p.ck > 1):                 # VEC_REDUCE (cluster plans): a lane's slots contiguous
+            sPart = smem.allocate_tensor(Float32, cute.make_layout((p.warps, 32, FRAG), stride=(FRAG * 32, FRAG, 1)),
+                                         byte_alignment=16)
+        else:
+            sPart = smem.allocate_tensor(Float32, cute.make_layout((p.warps, FRAG, 32), stride=(FRAG * 32, 32, 1)),
+                                         byte_alignment=16)
         for ch in cutlass.range(cute.ceil_div(M, 8 * NT), unroll=1):
             tok0 = ch * (8 * NT)
             for mt in cutlass.range_constexpr(M_TILES):
@@ -327,29 +331,48 @@ class SkinnyGemm:
             # deterministic reduction over (rank, warp) through (distributed) shared memory
             for nt in cutlass.range_constexpr(NT):
                 if tok0 + nt * 8 < M:                                    # cluster-uniform
-                    for idx in cutlass.range_constexpr(FRAG):
-                        sPart[warp, lane, idx] = acc[idx // 4][nt][idx % 4]      # a lane's slots: 16 bytes an m-tile
-                    self.sync_all()
-                    # VEC_REDUCE: unit u = mt * 32 + ln (a lane's 4 slots of m-tile mt) on rank u % CK, thread u // CK
-                    for r in cutlass.range_constexpr(-(-(32 * M_TILES) // (p.ck * 32 * p.warps))):
-                        u = (r * 32 * p.warps + tidx) * p.ck + rank
-                        if u < 32 * M_TILES:
-                            mt = u // 32
-                            ln = u % 32
-                            v = [Float32(0.0) for _ in range(4)]
-                            for q in cutlass.range_constexpr(p.ck):
-                                for w in cutlass.range_constexpr(p.warps):
-                                    if const_expr(p.ck > 1):
+                    if const_expr(p.ck > 1):
+                        for idx in cutlass.range_constexpr(FRAG):
+                            sPart[warp, lane, idx] = acc[idx // 4][nt][idx % 4]      # a lane's slots: 16 bytes an m-tile
+                        self.sync_all()
+                        # VEC_REDUCE: unit u = mt * 32 + ln (a lane's 4 slots of m-tile mt) on rank u % CK, thread u // CK
+                        for r in cutlass.range_constexpr(-(-(32 * M_TILES) // (p.ck * 32 * p.warps))):
+                            u = (r * 32 * p.warps + tidx) * p.ck + rank
+                            if u < 32 * M_TILES:
+                                mt = u // 32
+                                ln = u % 32
+                                v = [Float32(0.0) for _ in range(4)]
+                                for q in cutlass.range_constexpr(p.ck):
+                                    for w in cutlass.range_constexpr(p.warps):
                                         pv = load_peer4(sPart.iterator + ((w * 32 + ln) * FRAG + mt * 4), q)
-                                    else:
-                                        pv = [sPart[w, ln, mt * 4 + c] for c in range(4)]
-                                    v = [v[c] + pv[c] for c in range(4)]
-                            for c in cutlass.range_constexpr(4):
-                                _, dr, dt = vred_slot(u, c)
-                                row = r0 + dr
-                                tk = tok0 + nt * 8 + dt
-                                if (row < p.n) & (tk < M):
-                                    mO[tk, row] = v[c].to(BFloat16)
+                                        v = [v[c] + pv[c] for c in range(4)]
+                                for c in cutlass.range_constexpr(4):
+                                    _, dr, dt = vred_slot(u, c)
+                                    row = r0 + dr
+                                    tk = tok0 + nt * 8 + dt
+                                    if (row < p.n) & (tk < M):
+                                        mO[tk, row] = v[c].to(BFloat16)
+                    else:
+                        for idx in cutlass.range_constexpr(FRAG):
+                            sPart[warp, idx, lane] = acc[idx // 4][nt][idx % 4]
+                        self.sync_all()
+                        for r in cutlass.range_constexpr((FRAG * 32 + 32 * p.warps - 1) // (32 * p.warps)):
+                            pos = r * 32 * p.warps + tidx
+                            idx = pos // 32
+                            ln = pos % 32
+                            dr, dt = out_pos(idx, ln)
+                            row = r0 + dr
+                            tk = tok0 + nt * 8 + dt
+                            if (pos < FRAG * 32) & (owner_rank(p, idx) == rank) & (row < p.n) & (tk < M):
+                                tot = Float32(0.0)
+                                for q in cutlass.range_constexpr(p.ck):
+                                    for w in cutlass.range_constexpr(p.warps):
+                                        if const_expr(p.ck > 1):
+                                            # rank q's partial: ld.shared::cluster of its mapped address
+                                            tot = tot + load_peer(sPart.iterator + (w * FRAG * 32 + pos), q)
+                                        else:
+                                            tot = tot + sPart[w, idx, ln]
+                                mO[tk, row] = tot.to(BFloat16)
                     self.sync_all()                                      # partials read before reuse / exit
 
 

@@ -28,7 +28,7 @@ results dropped); tokens past B read token B-1 (likewise).
 Reduction (deterministic): every warp writes its fp32 accumulators to shared memory; after a
 cluster barrier (release/acquire) the owner CTA of each accumulator (index % CK) sums the
 partials of all CK ranks (through DSMEM) and WARPS warps in (rank, warp) order and writes bf16.
-VEC_REDUCE: the partials are stored [warp, lane, slot] (a lane's 4 slots of an m-tile in 16 bytes,
+VEC_REDUCE (cluster plans; CK = 1 keeps the scalar form): the partials are stored [warp, lane, slot] (a lane's 4 slots of an m-tile in 16 bytes,
 one st.shared.v4), and the reduction's unit is a (lane, m-tile): its thread reads the 4 slots of
 every (rank, warp) with one ld.shared::cluster.v4 and writes all its outputs. Units are spread over
 the cluster's ranks (unit u on rank u % CK), where the scalar form gave every owner 2 x CK x WARPS
@@ -310,8 +310,12 @@ class SkinnyGemm:
         b = cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), BFloat16)
         rx = cute.make_rmem_tensor(cute.make_layout((VEC,), stride=(1,)), BFloat16)
         smem = cutlass.memory.SmemAllocator()
-        sPart = smem.allocate_tensor(Float32, cute.make_layout((p.warps, 32, FRAG), stride=(FRAG * 32, FRAG, 1)),
-                                     byte_alignment=16)
+        if const_expr(p.ck > 1):                 # VEC_REDUCE (cluster plans): a lane's slots contiguous
+            sPart = smem.allocate_tensor(Float32, cute.make_layout((p.warps, 32, FRAG), stride=(FRAG * 32, FRAG, 1)),
+                                         byte_alignment=16)
+        else:
+            sPart = smem.allocate_tensor(Float32, cute.make_layout((p.warps, FRAG, 32), stride=(FRAG * 32, 32, 1)),
+                                         byte_alignment=16)
         if const_expr(self.bulk):
             # TMA: warp w's slice as NBOX boxes per 8-row half hh = mt * 2 + h, each 8 rows x BB blocks, dense
             BB = self.bb
@@ -454,34 +458,61 @@ class SkinnyGemm:
             # deterministic reduction over (rank, warp) through (distributed) shared memory
             for nt in cutlass.range_constexpr(NT):
                 if tok0 + nt * 8 < M:                                    # cluster-uniform
-                    for idx in cutlass.range_constexpr(FRAG):
-                        sPart[warp, lane, idx] = acc[idx // 4][nt][idx % 4]      # a lane's slots: 16 bytes an m-tile
-                    self.sync_all()
-                    # VEC_REDUCE: unit u = mt * 32 + ln (a lane's 4 slots of m-tile mt) on rank u % CK, thread u // CK
-                    for r in cutlass.range_constexpr(-(-(32 * M_TILES) // (p.ck * 32 * p.warps))):
-                        u = (r * 32 * p.warps + tidx) * p.ck + rank
-                        if u < 32 * M_TILES:
-                            mt = u // 32
-                            ln = u % 32
-                            v = [Float32(0.0) for _ in range(4)]
-                            for q in cutlass.range_constexpr(p.ck):
-                                for w in cutlass.range_constexpr(p.warps):
-                                    if const_expr(p.ck > 1):
+                    if const_expr(p.ck > 1):
+                        for idx in cutlass.range_constexpr(FRAG):
+                            sPart[warp, lane, idx] = acc[idx // 4][nt][idx % 4]      # a lane's slots: 16 bytes an m-tile
+                        self.sync_all()
+                        # VEC_REDUCE: unit u = mt * 32 + ln (a lane's 4 slots of m-tile mt) on rank u % CK, thread u // CK
+                        for r in cutlass.range_constexpr(-(-(32 * M_TILES) // (p.ck * 32 * p.warps))):
+                            u = (r * 32 * p.warps + tidx) * p.ck + rank
+                            if u < 32 * M_TILES:
+                                mt = u // 32
+                                ln = u % 32
+                                v = [Float32(0.0) for _ in range(4)]
+                                for q in cutlass.range_constexpr(p.ck):
+                                    for w in cutlass.range_constexpr(p.warps):
                                         pv = load_peer4(sPart.iterator + ((w * 32 + ln) * FRAG + mt * 4), q)
-                                    else:
-                                        pv = [sPart[w, ln, mt * 4 + c] for c in range(4)]
-                                    v = [v[c] + pv[c] for c in range(4)]
-                            for c in cutlass.range_constexpr(2):                # slots c, c + 2: gate, up
-                                _, dc, dt = vred_slot(u, c)
-                                col = bn * OUT_COLS + dc
-                                tk = tok0 + nt * 8 + dt
-                                if (col < p.n // 2) & (tk < M):
-                                    gv = v[c].to(BFloat16).to(Float32)       # gate_up as the unfused pair stores it
-                                    uv = v[c + 2].to(BFloat16).to(Float32)
-                                    sig = Float32(0.5) + Float32(0.5) * cute.math.tanh(gv * 0.5, fastmath=True)
-                                    tgh = cute.math.tanh(gv * (1.0 / B_GATE), fastmath=True)
-                                    tuh = cute.math.tanh(uv * (1.0 / B_UP), fastmath=True)
-                                    mO[tk, col] = ((B_GATE * B_UP) * tgh * sig * tuh).to(BFloat16)
+                                        v = [v[c] + pv[c] for c in range(4)]
+                                for c in cutlass.range_constexpr(2):                # slots c, c + 2: gate, up
+                                    _, dc, dt = vred_slot(u, c)
+                                    col = bn * OUT_COLS + dc
+                                    tk = tok0 + nt * 8 + dt
+                                    if (col < p.n // 2) & (tk < M):
+                                        gv = v[c].to(BFloat16).to(Float32)       # gate_up as the unfused pair stores it
+                                        uv = v[c + 2].to(BFloat16).to(Float32)
+                                        sig = Float32(0.5) + Float32(0.5) * cute.math.tanh(gv * 0.5, fastmath=True)
+                                        tgh = cute.math.tanh(gv * (1.0 / B_GATE), fastmath=True)
+                                        tuh = cute.math.tanh(uv * (1.0 / B_UP), fastmath=True)
+                                        mO[tk, col] = ((B_GATE * B_UP) * tgh * sig * tuh).to(BFloat16)
+                    else:
+                        for idx in cutlass.range_constexpr(FRAG):
+                            sPart[warp, idx, lane] = acc[idx // 4][nt][idx % 4]
+                        self.sync_all()
+                        for r in cutlass.range_constexpr((FRAG * 16 + 32 * p.warps - 1) // (32 * p.warps)):
+                            # (gate slot, lane) pairs, each with its up partner (situ_slot)
+                            hp = r * 32 * p.warps + tidx
+                            hidx = hp // 32
+                            ln = hp % 32
+                            idx, dc, dt = situ_slot(hidx, ln)
+                            col = bn * OUT_COLS + dc
+                            tk = tok0 + nt * 8 + dt
+                            if (hp < FRAG * 16) & (owner_rank(p, hidx) == rank) & (col < p.n // 2) & (tk < M):
+                                tg = Float32(0.0)
+                                tu = Float32(0.0)
+                                for q in cutlass.range_constexpr(p.ck):
+                                    for w in cutlass.range_constexpr(p.warps):
+                                        if const_expr(p.ck > 1):
+                                            tg = tg + load_peer(sPart.iterator + (w * FRAG * 32 + idx * 32 + ln), q)
+                                            tu = tu + load_peer(sPart.iterator + (w * FRAG * 32 + (idx + 2) * 32 + ln), q)
+                                        else:
+                                            tg = tg + sPart[w, idx, ln]
+                                            tu = tu + sPart[w, idx + 2, ln]
+                                gv = tg.to(BFloat16).to(Float32)                 # gate_up as the unfused pair stores it
+                                uv = tu.to(BFloat16).to(Float32)
+                                sig = Float32(0.5) + Float32(0.5) * cute.math.tanh(gv * 0.5, fastmath=True)
+                                tgh = cute.math.tanh(gv * (1.0 / B_GATE), fastmath=True)
+                                tuh = cute.math.tanh(uv * (1.0 / B_UP), fastmath=True)
+                                mO[tk, col] = ((B_GATE * B_UP) * tgh * sig * tuh).to(BFloat16)
                     self.sync_all()                                      # partials read before reuse / exit
 
 
