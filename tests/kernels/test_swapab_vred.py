@@ -1,5 +1,5 @@
 """The `vec_reduce` knob of the swap-AB GEMM template (prompts/kernels/_shared/_swapab.j2, session
-18), checked on the CPU. Not yet measured on a GPU: its candidates (gemm_situ 8b61e1, skinny ea5f16)
+18), checked on the CPU. Not yet measured on a GPU: its candidates (gemm_situ dad006, skinny 6c8ad2)
 are the next GPU session's first bench.
 Plans without a cluster (CK = 1) keep the scalar reduction.
 
@@ -18,9 +18,9 @@ import pytest
 
 from kernel_helpers import ROOT, compiled_ptx, load_module, ptx_entries_by_name, template_params
 
-SITU = "8b61e1b4d727"                 # 497382 + vec_reduce
+SITU = "dad0069d52d9"                 # 497382 + vec_reduce
 SCALAR = "49738245078c"               # the promoted point: scalar DSMEM loads
-SKINNY = "ea5f16536993"               # fcb21b + vec_reduce
+SKINNY = "6c8ad218a501"               # fcb21b + vec_reduce
 
 
 def _situ(cid: str = SITU):

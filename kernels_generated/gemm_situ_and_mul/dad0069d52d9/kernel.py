@@ -28,12 +28,13 @@ results dropped); tokens past B read token B-1 (likewise).
 Reduction (deterministic): every warp writes its fp32 accumulators to shared memory; after a
 cluster barrier (release/acquire) the owner CTA of each accumulator (index % CK) sums the
 partials of all CK ranks (through DSMEM) and WARPS warps in (rank, warp) order and writes bf16.
-VEC_REDUCE (cluster plans; CK = 1 keeps the scalar form): the partials are stored [warp, lane, slot] (a lane's 4 slots of an m-tile in 16 bytes,
-one st.shared.v4), and the reduction's unit is a (lane, m-tile): its thread reads the 4 slots of
-every (rank, warp) with one ld.shared::cluster.v4 and writes all its outputs. Units are spread over
-the cluster's ranks (unit u on rank u % CK), where the scalar form gave every owner 2 x CK x WARPS
-4-byte loads per output and left the ranks past FRAG / 2 idle (ncu, session 18: the second
-cluster barrier's wait, 10% of the samples at TP8). Same (rank, warp) order: bit-identical sums.
+VEC_REDUCE (cluster plans; CK = 1 keeps the scalar form): the partials are stored [warp, lane,
+slot] (a lane's 4 slots of an m-tile in 16 bytes, one st.shared.v4), and the reduction's unit is a
+(lane, m-tile): its thread reads the 4 slots of every (rank, warp) with one ld.shared::cluster.v4
+and writes all its outputs. Units are spread over the cluster's ranks (unit u on rank u % CK),
+where the scalar form gave every owner 2 x CK x WARPS 4-byte loads per output and left the ranks
+past FRAG / 2 idle (ncu, session 18: the second cluster barrier's wait, 10% of the samples at
+TP8). Same (rank, warp) order: bit-identical sums.
 Two kernels are compiled: B <= SMALL_M (one token chunk of SMALL_M) and B <= 64 (chunks of 64,
 UNROLL_LARGE); launch() picks one by x.shape[0].
 RING (the small kernel, plans where every slice owns KB blocks): the slice's blocks are unrolled at

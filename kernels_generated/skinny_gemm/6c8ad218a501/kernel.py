@@ -19,12 +19,13 @@ the same permuted k, a dot product is order-free). Rows past N read row N-1 (val
 results dropped); tokens past B read token B-1 (likewise).
 Reduction (deterministic): every warp writes its fp32 accumulators to shared memory; after a
 CTA barrier the partials of the WARPS warps are summed in warp order and writes bf16.
-VEC_REDUCE (cluster plans; CK = 1 keeps the scalar form): the partials are stored [warp, lane, slot] (a lane's 4 slots of an m-tile in 16 bytes,
-one st.shared.v4), and the reduction's unit is a (lane, m-tile): its thread reads the 4 slots of
-every (rank, warp) with one ld.shared::cluster.v4 and writes all its outputs. Units are spread over
-the cluster's ranks (unit u on rank u % CK), where the scalar form gave every owner 2 x CK x WARPS
-4-byte loads per output and left the ranks past FRAG / 2 idle (ncu, session 18: the second
-cluster barrier's wait, 10% of the samples at TP8). Same (rank, warp) order: bit-identical sums.
+VEC_REDUCE (cluster plans; CK = 1 keeps the scalar form): the partials are stored [warp, lane,
+slot] (a lane's 4 slots of an m-tile in 16 bytes, one st.shared.v4), and the reduction's unit is a
+(lane, m-tile): its thread reads the 4 slots of every (rank, warp) with one ld.shared::cluster.v4
+and writes all its outputs. Units are spread over the cluster's ranks (unit u on rank u % CK),
+where the scalar form gave every owner 2 x CK x WARPS 4-byte loads per output and left the ranks
+past FRAG / 2 idle (ncu, session 18: the second cluster barrier's wait, 10% of the samples at
+TP8). Same (rank, warp) order: bit-identical sums.
 Two kernels are compiled: B <= SMALL_M (one token chunk of SMALL_M) and B <= 64 (chunks of 64,
 UNROLL_LARGE); launch() picks one by x.shape[0].
 ALT: the small kernel of the shapes in ALT_FOR ("shape" at every TP, "shape@tp" at one) is built
