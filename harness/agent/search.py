@@ -13,11 +13,10 @@ space may grow past what a list of its points would hold.
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 from dataclasses import dataclass
-
-import json
 
 from .families import ENUMERATE_MAX, Family, Params, params_key
 
@@ -67,8 +66,8 @@ class HalvingSearch:
                 picked.append(p)
                 seen.add(p.key)
 
-        known = {key: p for key in scores if (p := self.proposal(key)) is not None}
-        ranked = sorted((s, key) for key, s in scores.items() if s < FAILED and key in known)
+        known = {key: p for key, s in scores.items() if s < FAILED and (p := self.proposal(key)) is not None}
+        ranked = sorted((scores[key], key) for key in known)
         if not ranked:
             for f in self.families.values():
                 if (s := f.start()) is not None:

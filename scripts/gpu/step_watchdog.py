@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import faulthandler
 import sys
-import time
 
 
 class StepWatchdog:
@@ -27,16 +26,12 @@ class StepWatchdog:
             raise ValueError(f"deadline_s must be positive, not {deadline_s}")
         self.deadline_s = deadline_s
         self.stream = stream or sys.stderr
-        self.current = ""
-        self.started = 0.0
 
     def step(self, what: str) -> None:
         """Start the clock for the next step (re-arms the deadline; the previous step's is dropped)."""
-        self.current, self.started = what, time.monotonic()
         print(f"[step] {what} (deadline {self.deadline_s:.0f} s)", file=self.stream, flush=True)
         faulthandler.dump_traceback_later(self.deadline_s, exit=True, file=self.stream)
 
     def done(self) -> None:
         """No step running: disarm."""
         faulthandler.cancel_dump_traceback_later()
-        self.current = ""

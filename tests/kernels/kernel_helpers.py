@@ -69,6 +69,24 @@ def ptx_entries_by_name(ptx: str) -> dict[str, str]:
     return {e.split("(", 1)[0]: e for e in ptx.split(".entry ")[1:]}
 
 
+def swapab_kernels(kernel_path: Path, dump_dir: Path, tp: int, shape: str) -> tuple[str, str]:
+    """(small, large): the PTX bodies of a swap-AB GEMM candidate's B <= SMALL_M kernel and its B <= 64
+    kernel (SkinnyGemmLarge), compiled for sm_90a at TP `tp` for the named shape."""
+    entries = ptx_entries_by_name(compiled_ptx(kernel_path, dump_dir, tp=tp, shape=shape))
+    small = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
+    large = [b for n, b in entries.items() if "SkinnyGemmLarge" in n]
+    assert len(small) == 1 and len(large) == 1, list(entries)
+    return small[0], large[0]
+
+
+def without_kernel_ids(ptx: str) -> str:
+    """PTX with every name that carries a candidate id made "K": two candidates' kernels compare
+    instruction for instruction."""
+    import re
+
+    return re.sub(r"\b\w*cand_[0-9a-f]{12}\w*", "K", ptx)
+
+
 def ptx_entries(ptx: str) -> dict[str, str]:
     """Kernel name prefix ('kernel_cutlass_gemm', 'kernel_cutlass_topk', ...) -> its PTX body."""
     return {e.split("_kernel")[0] + "_kernel": e for e in ptx.split(".entry ")[1:]}

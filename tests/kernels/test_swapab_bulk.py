@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module, ptx_entries_by_name, template_params
+from kernel_helpers import ROOT, family_candidates, load_module, swapab_kernels, template_params, without_kernel_ids
 
 PLAIN = "d086decc8fad"                   # gemm_situ_and_mul promoted in session 15: the LDG ring
 ALT_ONLY = "f59c240f46ef"                # promoted in session 17: alt_bulk, bulk off
@@ -54,12 +54,10 @@ def test_bulk_fits_takes_exact_plans_that_fit_shared_memory(cid):
 
 def _small_kernel(cid: str, tmp_path, tp: int = 8) -> tuple[str, object]:
     """The PTX body of the small (B <= SMALL_M) kernel at this TP, and the plan it runs."""
-    entries = ptx_entries_by_name(compiled_ptx(ROOT / "kernels_generated" / "gemm_situ_and_mul" / cid / "kernel.py",
-                                               tmp_path, tp=tp, shape="shared_gate_up"))
-    small = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
-    assert len(small) == 1, list(entries)
+    small, _ = swapab_kernels(ROOT / "kernels_generated" / "gemm_situ_and_mul" / cid / "kernel.py", tmp_path, tp,
+                              "shared_gate_up")
     mod = _module(cid)
-    return small[0], mod.plan(*mod.gemm_kn("shared_gate_up", tp), alt=mod.uses_alt("shared_gate_up", tp))
+    return small, mod.plan(*mod.gemm_kn("shared_gate_up", tp), alt=mod.uses_alt("shared_gate_up", tp))
 
 
 def _bulk_shape(body: str, kb: int, m_tiles: int) -> bool:
@@ -95,5 +93,4 @@ def test_alt_bulk_streams_only_the_alt_plan(tmp_path):
     assert "cp.async.bulk" not in body8 and not _bulk_shape(body8, p8.kb, 1)
     # ... and TP8's small kernel is the ring kernel of d086de, instruction for instruction
     ring8, _ = _small_kernel(PLAIN, tmp_path, tp=8)
-    strip = lambda b: re.sub(r"\b\w*cand_[0-9a-f]{12}\w*", "K", b)  # noqa: E731  (kernel names carry the id)
-    assert strip(body8) == strip(ring8)
+    assert without_kernel_ids(body8) == without_kernel_ids(ring8)

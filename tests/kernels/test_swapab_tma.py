@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from kernel_helpers import ROOT, compiled_ptx, family_candidates, load_module, ptx_entries_by_name, template_params
+from kernel_helpers import ROOT, family_candidates, load_module, swapab_kernels, template_params
 
 ROW_COPIES = "f59c240f46ef"              # alt_bulk with per-row cp.async.bulk (session 17)
 
@@ -51,13 +51,10 @@ def test_odd_boxes_put_a_quarter_warps_two_rows_in_opposite_bank_halves(bb):
 
 
 def _small_and_large(cid: str, tmp_path, tp: int) -> tuple[str, str, object]:
-    entries = ptx_entries_by_name(compiled_ptx(ROOT / "kernels_generated" / "gemm_situ_and_mul" / cid / "kernel.py",
-                                               tmp_path, tp=tp, shape="shared_gate_up"))
-    small = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
-    large = [b for n, b in entries.items() if "SkinnyGemmLarge" in n]
-    assert len(small) == 1 and len(large) == 1, list(entries)
+    small, large = swapab_kernels(ROOT / "kernels_generated" / "gemm_situ_and_mul" / cid / "kernel.py", tmp_path, tp,
+                                  "shared_gate_up")
     mod = _module(cid)
-    return small[0], large[0], mod.plan(*mod.gemm_kn("shared_gate_up", tp), alt=mod.uses_alt("shared_gate_up", tp))
+    return small, large, mod.plan(*mod.gemm_kn("shared_gate_up", tp), alt=mod.uses_alt("shared_gate_up", tp))
 
 
 def _tma_shape(body: str, kb: int, bb: int, m_tiles: int) -> bool:
@@ -102,6 +99,5 @@ def test_skinny_renders_tma_with_contiguous_row_boxes(tmp_path):
     mod = load_module(path, "sk_tma_render")
     p = mod.plan(*mod.gemm_kn("mla_qkv_a", 8), alt=True)
     assert (p.ck, p.kb) == (4, 14) and mod.bulk_fits(p, 1)
-    entries = ptx_entries_by_name(compiled_ptx(path, tmp_path, tp=8, shape="mla_qkv_a"))
-    small = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
-    assert len(small) == 1 and _tma_shape(small[0], p.kb, mod.box_blocks(p.kb), mod.M_TILES)
+    small, _ = swapab_kernels(path, tmp_path, 8, "mla_qkv_a")
+    assert _tma_shape(small, p.kb, mod.box_blocks(p.kb), mod.M_TILES)

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from kernel_helpers import ROOT, compiled_ptx, load_module, ptx_entries_by_name, template_params
+from kernel_helpers import ROOT, load_module, swapab_kernels, template_params, without_kernel_ids
 
 SITU = "dad0069d52d9"                 # 497382 + vec_reduce
 SCALAR = "49738245078c"               # the promoted point: scalar DSMEM loads
@@ -67,12 +67,10 @@ def test_units_spread_over_every_rank_once(tp):
 
 
 def _small(cid: str, tmp_path, tp: int = 8) -> tuple[str, object]:
-    entries = ptx_entries_by_name(compiled_ptx(ROOT / "kernels_generated" / "gemm_situ_and_mul" / cid / "kernel.py",
-                                               tmp_path, tp=tp, shape="shared_gate_up"))
-    small = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
-    assert len(small) == 1
+    small, _ = swapab_kernels(ROOT / "kernels_generated" / "gemm_situ_and_mul" / cid / "kernel.py", tmp_path, tp,
+                              "shared_gate_up")
     mod = _situ(cid)
-    return small[0], mod.plan(*mod.gemm_kn("shared_gate_up", tp), alt=mod.uses_alt("shared_gate_up", tp))
+    return small, mod.plan(*mod.gemm_kn("shared_gate_up", tp), alt=mod.uses_alt("shared_gate_up", tp))
 
 
 def _vred_shape(body: str, ck: int, warps: int) -> bool:
@@ -98,10 +96,7 @@ def test_plans_without_a_cluster_keep_the_scalar_reduction(tmp_path):
     instruction for instruction (kernel names carry the candidate id)."""
     def small(cid: str) -> str:
         path = ROOT / "kernels_generated" / "skinny_gemm" / cid / "kernel.py"
-        entries = ptx_entries_by_name(compiled_ptx(path, tmp_path, tp=8, shape="latent_down"))
-        out = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
-        assert len(out) == 1
-        return re.sub(r"\b\w*cand_[0-9a-f]{12}\w*", "K", out[0])
+        return without_kernel_ids(swapab_kernels(path, tmp_path, 8, "latent_down")[0])
 
     mod = _skinny()
     assert mod.plan(*mod.gemm_kn("latent_down", 8)).ck == 1
