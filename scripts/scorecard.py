@@ -125,19 +125,21 @@ def _is_layers(d: dict) -> bool:                # scripts/gpu/bench_layers.py
     return isinstance(d.get("rows"), list) and "config" in d and all("kernels" in r for r in d["rows"])
 
 
-def _commit_times(root: Path) -> dict[str, int]:
-    """Each tracked file's last commit time (path relative to root), from one `git log`."""
+def _commit_order(root: Path) -> dict[str, int]:
+    """Each tracked file's last commit as a rank (path relative to root; a later commit ranks
+    higher), from one `git log`. By rank, not by commit time: two commits made in the same second
+    (the authoritative run committed right after the studies) would otherwise tie."""
     try:
-        out = subprocess.run(["git", "log", "--format=%x00%ct", "--name-only"], cwd=root,
+        out = subprocess.run(["git", "log", "--format=%x00", "--name-only"], cwd=root,
                              capture_output=True, text=True, timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
-    times: dict[str, int] = {}
-    for entry in out.split("\0")[1:]:                  # newest commit first: keep the first time seen
-        stamp, *paths = entry.split("\n")
-        for path in filter(None, paths):
-            times.setdefault(path, int(stamp))
-    return times
+    entries = out.split("\0")[1:]                     # newest commit first: keep the first rank seen
+    order: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        for path in filter(None, entry.split("\n")):
+            order.setdefault(path, len(entries) - i)
+    return order
 
 
 def _rel(path: Path, root: Path) -> str:
@@ -146,10 +148,10 @@ def _rel(path: Path, root: Path) -> str:
 
 def json_files(results: Path, root: Path) -> list[tuple[Path, dict]]:
     """Every JSON object under `results` (plain or .xz), oldest commit first (then by path)."""
-    times = _commit_times(root)
+    order = _commit_order(root)
     found = [(p, d) for p in sorted(results.rglob("*.json*")) if p.suffix in (".json", ".xz")
              if (d := _load(p)) is not None]
-    return sorted(found, key=lambda pd: (times.get(_rel(pd[0], root), 0), str(pd[0])))
+    return sorted(found, key=lambda pd: (order.get(_rel(pd[0], root), 0), str(pd[0])))
 
 
 def _launch_floor_us(data: dict) -> float | None:
@@ -234,7 +236,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
     unmeasured = [p for p in in_scope if _work(op, p) not in done]
     cover = {src: (sum(_work(op, p) in w for p in in_scope), sum(_work(op, p) in wc for p in in_scope))
              for src, (w, wc) in runs.items()}
-    best = max(cover.items(), key=lambda kv: kv[1], default=("", (0, 0)))
+    best = max(reversed(list(cover.items())), key=lambda kv: kv[1], default=("", (0, 0)))   # ties: the newest run
     return OpCard(op, candidate, measured, unmeasured, len(in_scope), best[0], *best[1])
 
 

@@ -204,3 +204,21 @@ def test_the_committed_per_layer_runs_cover_b_1_8_64(sc):
     t = tables["k3-tp8-rank"]
     assert {r.batch for r in t.rows} >= {1, 8, 64} and all(r.kernels_on < r.kernels_off for r in t.rows)
     assert "moe_router" in t.kernel_ops
+
+
+def test_json_files_follow_commit_order_within_one_second(sc, tmp_path):
+    """Two runs committed in the same second: the later commit is the newer run (a commit time
+    would tie, and the path order would then let an older study overwrite the authoritative run)."""
+    env = {"GIT_AUTHOR_DATE": "2026-12-01T12:00:00+00:00", "GIT_COMMITTER_DATE": "2026-12-01T12:00:00+00:00",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
+           "PATH": "/usr/bin:/bin"}
+    git = lambda *a: subprocess.run(["git", *a], cwd=tmp_path, env=env, check=True, capture_output=True)
+    git("init", "-q")
+    res = tmp_path / "results"
+    res.mkdir()
+    for name in ("b_study.json", "a_authoritative.json"):          # committed study first, by path last
+        (res / name).write_text(json.dumps({"ops": {}}))
+        git("add", "-A")
+        git("commit", "-qm", name)
+    files = [p.name for p, _ in sc.json_files(res, tmp_path)]
+    assert files == ["b_study.json", "a_authoritative.json"]
