@@ -1,0 +1,80 @@
+"""The kda_decode persistmix mid-plan knobs of session 19, checked in the PTX compiled on the CPU.
+
+- mid_v_split > 1: the mid fused plan splits a head's value rows over a cluster (the same kernel as
+  the small plan), so 384 tiles launch 768 CTAs of half a tile each. On the H200 the mid plan over a
+  2-CTA cluster (d5a02a) took 7.07 us against 8d9661's 8.17 at 192 bf16 tiles and 12.18 against
+  14.15 at 384 (results/h200/session19/bench_kda_mid.log).
+- mid_min_ctas > 0: launch bounds on the mid kernel (.maxntid, .minnctapersm), so ptxas keeps its
+  registers at or below 65536 / (threads x N) and N CTAs fit an SM. 8d9661's mid kernel ran 128
+  registers at 256 threads: 2 CTAs an SM, 384 CTAs in 1.45 waves (ncu, session 19).
+- v_split 8 with push: every CTA's pushed RMSNorm buffer holds all 8 peers' partials (it held 4,
+  enough for v_split <= 4 only).
+Each check also runs on a point without the knob and must fail there: the tests can fail.
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kernel_helpers import ROOT, compiled_ptx, family_candidates, template_params
+
+BASE = "8d966129dc0a"                         # promoted persistmix: mid v1, no launch bounds
+
+
+def _with(pred) -> list[str]:
+    return [c for c in family_candidates("kda_decode", "persistmix") if pred(template_params("kda_decode", c))]
+
+
+LB = _with(lambda p: p.get("mid_min_ctas", 0) > 0)
+MID_SPLIT = _with(lambda p: p.get("mid_v_split", 1) > 1)
+
+
+def _mid_entry(cid: str, tmp_path, state_dtype: str = "bf16") -> str:
+    ptx = compiled_ptx(ROOT / "kernels_generated/kda_decode" / cid / "kernel.py", tmp_path, state_dtype=state_dtype)
+    mids = [e for e in ptx.split(".entry ")[1:] if "MID_KdaDecode" in e.split("(", 1)[0]]
+    assert len(mids) == 1, f"{cid}: {len(mids)} mid kernels"
+    return mids[0]
+
+
+def _bounds(entry: str) -> tuple[int | None, int | None]:
+    """(.maxntid x, .minnctapersm) of one PTX entry; None where absent."""
+    head = entry[:entry.index("{")]
+    nt = re.search(r"\.maxntid\s+(\d+)", head)
+    mn = re.search(r"\.minnctapersm\s+(\d+)", head)
+    return (int(nt.group(1)) if nt else None), (int(mn.group(1)) if mn else None)
+
+
+def test_the_knobs_have_committed_points():
+    assert LB and MID_SPLIT and BASE not in LB + MID_SPLIT
+
+
+@pytest.mark.parametrize("cid", LB + [BASE])
+def test_mid_launch_bounds(cid, tmp_path):
+    p = template_params("kda_decode", cid)
+    threads, want = p["mid_warps"] * 32, p.get("mid_min_ctas", 0)
+    maxntid, minctas = _bounds(_mid_entry(cid, tmp_path))
+    if want:
+        assert (maxntid, minctas) == (threads, want)
+    else:
+        assert minctas is None
+
+
+@pytest.mark.parametrize("cid", MID_SPLIT[:1] + [BASE])
+def test_mid_plan_over_a_cluster_pushes_its_rms_partials(cid, tmp_path):
+    body = _mid_entry(cid, tmp_path)
+    pushes = len(re.findall(r"st\.async\.shared::cluster\.mbarrier::complete_tx::bytes", body))
+    split = template_params("kda_decode", cid).get("mid_v_split", 1) > 1
+    assert (pushes == 1 and "mapa" in body) if split else (pushes == 0 and "barrier.cluster" not in body)
+
+
+@pytest.mark.parametrize("v_split", [4, 8])
+def test_pushed_rms_buffer_holds_every_peer(v_split):
+    """The pushed partials land in part[rank]: the buffer of the small and fp32-small plans needs
+    V_SPLIT floats (4 before session 19); the mid plan (v_split 1) keeps 4."""
+    from harness.agent.families import load_family
+
+    fam = load_family(ROOT / "prompts/kernels/kda_decode/persistmix.py.j2", "kda_decode")
+    src = fam.render(dict(template_params("kda_decode", BASE), v_split=v_split))
+    allocs = re.findall(r"part = smem\.allocate_tensor\(Float32, cute\.make_layout\(\((\d+),\)\)", src)
+    assert sorted(int(n) for n in allocs) == sorted([max(4, v_split)] * 2 + [4])
