@@ -3,7 +3,8 @@
 For each op with a promoted kernel (kernels_generated/promoted.json) this reads every
 bench_kernels.py JSON under results/ (plain or .xz), keeps the latest measurement of the
 promoted candidate at each point (tp, batch, shape, state dtype; "latest" = the file's last
-git commit, then its path), and judges the issue's targets there:
+git commit, then its path; a run that recorded the launch floor, a whole-scope run, outranks every
+study that did not, whatever their order), and judges the issue's targets there:
 
   floor    HBM floor (bytes / the bandwidth measured in the same run) >= 2 us: ours <= 1.3 x floor;
            a smaller floor: ours <= 3 us
@@ -147,11 +148,15 @@ def _rel(path: Path, root: Path) -> str:
 
 
 def json_files(results: Path, root: Path) -> list[tuple[Path, dict]]:
-    """Every JSON object under `results` (plain or .xz), oldest commit first (then by path)."""
+    """Every JSON object under `results` (plain or .xz): runs without a launch floor (studies) before
+    runs with one, each group oldest commit first (then by path)."""
     order = _commit_order(root)
     found = [(p, d) for p in sorted(results.rglob("*.json*")) if p.suffix in (".json", ".xz")
              if (d := _load(p)) is not None]
-    return sorted(found, key=lambda pd: (order.get(_rel(pd[0], root), 0), str(pd[0])))
+    # studies (bench_kernels.py --no-launch-floor) first: a study committed after the whole-scope
+    # run it followed must not overwrite that run's points (session 19 did, by commit order alone)
+    return sorted(found, key=lambda pd: (_launch_floor_us(pd[1]) is not None, order.get(_rel(pd[0], root), 0),
+                                         str(pd[0])))
 
 
 def _launch_floor_us(data: dict) -> float | None:

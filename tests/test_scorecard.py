@@ -119,13 +119,15 @@ def test_floor_misses_split_by_reachability(sc, tmp_path):
             8: (8.0, 3.2),          # 1.3 x floor, unreachable: 3.2 + 1.1 > 4.16 (moe_router's case)
             16: (2.0, 0.5),         # met
             32: (3.5, 0.5)}         # a miss whose latest run has no launch floor
-    _bench(res / "a_old.json", [_row(b, ours, floor_us=floor) for b, (ours, floor) in rows.items()],
+    _bench(res / "a_old.json", [_row(b, ours, floor_us=floor) for b, (ours, floor) in rows.items() if b != 32],
            launch_floor_us=launch_us)
-    _bench(res / "b_new.json", [_row(32, *rows[32])])                          # newer, without launch_floor_us
+    # newer, without launch_floor_us (a study): the only run of B=32; its B=1 must not replace a_old's
+    _bench(res / "b_new.json", [_row(32, rows[32][0], floor_us=rows[32][1]), _row(1, 2.5, floor_us=0.5)])
     [c] = sc.scorecards(tmp_path, res)
     by_batch = {m.point.batch: m for m in c.measured}
     assert {b: m.reachable for b, m in by_batch.items()} == {1: True, 2: False, 4: True, 8: False, 16: True, 32: None}
     assert by_batch[32].launch_floor_us is None and by_batch[32].source.endswith("b_new.json")
+    assert by_batch[1].ours_us == 3.5 and by_batch[1].source.endswith("a_old.json")
     assert by_batch[8].launch_floor_us == launch_us and by_batch[8].target_us == pytest.approx(sc.FLOOR_FACTOR * 3.2)
     assert by_batch[2].target_us == sc.SMALL_CAP_US
     assert c.met("floor") == (1, 6) and c.floor_misses() == (2, 2, 1)
