@@ -57,3 +57,21 @@ def test_on_the_committed_session6_benchmarks(pw):
         return json.loads(lzma.open(ROOT / "results/h200/session6" / name).read())["ops"]["moe_router"]
     assert pw.pick(load("bench_router_hybrid.json.xz"), "ffcc5b", min_geomean=1.05)[0] == "876e935cf35f"
     assert pw.pick(load("bench_router_rowsplit_k.json.xz"), "ffcc5b", min_geomean=1.0)[0] is None
+
+
+def test_scope_points_project_the_geomean_over_the_whole_scope(pw):
+    """Two measured points at 1.21x of a 4-point scope: 1.1x over the scope (the others at 1.0)."""
+    rec = _rec({"f:inc": [12.1, 12.1], "f:fast": [10.0, 10.0]})
+    assert pw.pick(rec, "inc", min_geomean=1.15)[0] == "fast000000"
+    winner, lines = pw.pick(rec, "inc", min_geomean=1.15, scope_points=4)
+    assert winner is None and "1.100 over 4 points" in lines[0]
+    assert pw.pick(rec, "inc", min_geomean=1.09, scope_points=4)[0] == "fast000000"
+    with pytest.raises(SystemExit):
+        pw.pick(rec, "inc", scope_points=1)
+
+
+def test_session19_mid_plan_falls_short_over_kda_scope(pw):
+    """d5a02a wins its 16 measured points (1.044) but projects to 1.025 over kda's 28: no gate run."""
+    rec = json.loads(lzma.open(ROOT / "results/h200/session19/bench_kda_mid.json.xz").read())["ops"]["kda_decode"]
+    assert pw.pick(rec, "8d9661", min_geomean=1.04)[0] == "d5a02a202445"
+    assert pw.pick(rec, "8d9661", min_geomean=1.04, scope_points=28)[0] is None
