@@ -26,7 +26,9 @@ def _with(pred) -> list[str]:
     return [c for c in family_candidates("kda_decode", "persistmix") if pred(template_params("kda_decode", c))]
 
 
-LB = _with(lambda p: p.get("mid_min_ctas", 0) > 0)
+LB_ALL = _with(lambda p: p.get("mid_min_ctas", 0) > 0)
+# one candidate per bound (each check compiles a module: ~15 s)
+LB = list({template_params("kda_decode", c)["mid_min_ctas"]: c for c in reversed(LB_ALL)}.values())
 MID_SPLIT = _with(lambda p: p.get("mid_v_split", 1) > 1)
 
 
@@ -46,7 +48,7 @@ def _bounds(entry: str) -> tuple[int | None, int | None]:
 
 
 def test_the_knobs_have_committed_points():
-    assert LB and MID_SPLIT and BASE not in LB + MID_SPLIT
+    assert len(LB) >= 2 and MID_SPLIT and BASE not in LB_ALL + MID_SPLIT
 
 
 @pytest.mark.parametrize("cid", LB + [BASE])
