@@ -13,8 +13,8 @@ folder. Prints the id.
 
 Use: candidates that only a GPU can judge, for one bench, without committing them (committed
 human candidates must meet tests/kernels' bars, e.g. no register spills). An untracked folder
-travels with a device call (scripts/gpu/slim_tree.sh moves it out and back). Sessions 18 and 19
-did this by hand.
+travels with a device call (scripts/gpu/slim_tree.sh on leaves untracked files outside the paths
+it slims). Sessions 18 and 19 did this by hand.
 """
 from __future__ import annotations
 

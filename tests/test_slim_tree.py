@@ -96,3 +96,21 @@ def test_a_repositorys_own_hook_is_left_alone(repo: Path):
     assert on.returncode == 0 and "no commit guard" in on.stderr
     assert hook.read_text() == "#!/bin/sh\nexit 0\n"
     assert _slim(repo, "off").returncode == 0 and hook.read_text() == "#!/bin/sh\nexit 0\n"
+
+
+def test_untracked_scratch_files_stay_and_travel_but_not_under_the_slimmed_paths(repo: Path):
+    """Scratch candidates (untracked) need not be moved aside: they stay through on / off. An
+    untracked file under results/ would travel too and defeat the slimming: refused."""
+    scratch = repo / "kernels_generated" / "op" / "abc" / "kernel.py"
+    scratch.parent.mkdir(parents=True)
+    scratch.write_text("x = 1\n")
+    on = _slim(repo, "on")
+    assert on.returncode == 0, on.stderr
+    assert scratch.is_file() and not (repo / "results").exists()
+    assert _git(repo, "status", "--porcelain") == "?? kernels_generated/\n"
+    assert _slim(repo, "off").returncode == 0 and scratch.is_file()
+    stray = repo / "results" / "new.json"
+    stray.write_text("{}")
+    refused = _slim(repo, "on")
+    assert refused.returncode == 2 and "results/new.json" in refused.stderr
+    assert _git(repo, "branch", "--show-current").strip() == "main"

@@ -7,7 +7,9 @@
 #
 # A device call sends the tracked and untracked-not-ignored files plus the carried paths, capped
 # at 64 MiB; `.device` alone is 55.6 MiB, so the whole tree no longer fits beside it (session 15:
-# refused at 63.34 MiB by scripts/gpu/carry_size.py's count). `on` needs a clean tree: it commits
+# refused at 63.34 MiB by scripts/gpu/carry_size.py's count). `on` needs no uncommitted change to a
+# tracked file (untracked files outside PATHs, e.g. scratch candidates for a bench, stay and travel
+# with the call; under PATHs they are refused, since they would travel too). It commits
 # the removal of PATHs (nothing a benchmark or gate reads) on a branch `gpu-slim` made from HEAD,
 # so scripts/gpu/at_head.sh still sees a committed tree, and prints the call's size; `off` checks
 # the branch it came from out again and deletes `gpu-slim`. Commit what the call brought back
@@ -23,9 +25,13 @@ case "${1:-}" in
   on)
     shift
     [ -e "$state" ] && { echo "slim_tree.sh: already on (from $(cat "$state")); run 'off' first" >&2; exit 2; }
-    [ -z "$(git status --porcelain)" ] || { echo "slim_tree.sh: commit or stash your changes first" >&2; exit 2; }
+    [ -z "$(git status --porcelain --untracked-files=no)" ] || { echo "slim_tree.sh: commit or stash your changes first" >&2; exit 2; }
     paths=("$@")
     [ ${#paths[@]} -gt 0 ] || paths=(results docs)
+    # untracked files elsewhere (scratch candidates for the bench) stay and travel with the call;
+    # inside the slimmed paths they would travel too and defeat the slimming
+    stray="$(git ls-files --others --exclude-standard -- "${paths[@]}")"
+    [ -z "$stray" ] || { echo "slim_tree.sh: untracked files under ${paths[*]} would travel: $(echo "$stray" | head -3 | tr '\n' ' ')" >&2; exit 2; }
     from="$(git symbolic-ref --quiet --short HEAD || git rev-parse HEAD)"
     git checkout -q -b gpu-slim
     echo "$from" > "$state"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The six launch-bounded kda mid-plan variants of session 19, rendered as untracked scratch
 # candidates (they spill 4-80 bytes, so they are not committed: tests/kernels/test_compile_candidates.py).
-# Run from the checkout's root before the device call (scripts/gpu/slim_tree.sh on needs a clean
-# tree: move the folders out, turn it on, move them back). Prints one id per line.
+# Run from the checkout's root before the device call; the untracked folders travel with it
+# (scripts/gpu/slim_tree.sh on leaves them in place). Prints one id per line.
 set -euo pipefail
 R="python3 scripts/render_variant.py kda_decode 8d9661 --set mid_v_split=2"
 $R --set mid_min_ctas=3 --set fp32_mid_lo=96 --set fp32_mid_hi=192                              # e0b218
