@@ -213,8 +213,8 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
 def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bool,
              rounds: int, only: tuple[str, ...] = (), dog: StepWatchdog | None = None,
              on_row=lambda rec: None) -> dict:
-    """One op's table; `dog` (if given) times every compile + check and every point's timing,
-    `on_row(rec)` runs after each point (the caller writes its JSON there)."""
+    """One op's table; `dog` (if given) times every compile + check and every point's timing (the
+    caller disarms it), `on_row(rec)` runs after each point (the caller writes its JSON there)."""
     step = dog.step if dog is not None else (lambda what: None)
     defn = reference_impls.get(op)
     cands = human_candidates(op, only)
@@ -304,8 +304,6 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
         on_row(rec)
         del sets, outs
         torch.cuda.empty_cache()
-    if dog is not None:
-        dog.done()
     return rec
 
 
@@ -394,6 +392,7 @@ def main() -> None:
         launch_us = launch_floor.time_shapes([shape], args.rounds)[shape.name].median_us
         result["launch_floor_us"] = launch_us
         print(f"launch floor (an empty 128-CTA CuTe DSL kernel, same timing): {launch_us:.2f} us")
+    dog = StepWatchdog(args.step_deadline_s)
     for op in [o for o in args.ops.split(",") if o]:
         if not human_candidates(op, only):
             print(f"\n== {op} ==  no human candidates: skipped")
@@ -408,10 +407,11 @@ def main() -> None:
                 out_file.write_text(json.dumps(result, indent=1, default=str))
 
             rec = bench_op(op, points, arch, bw, not args.no_compile_baseline, args.rounds, only,
-                           dog=StepWatchdog(args.step_deadline_s), on_row=partial)
+                           dog=dog, on_row=partial)
         except Exception as exc:  # noqa: BLE001
             rec = {"op": op, "error": err_text(exc), "candidates": {}, "rows": []}
             print(f"\n== {op} ==  FAILED: {rec['error']}")
+        dog.done()                                       # no step runs now, whether the op finished or failed
         rec["wall_s"] = round(time.perf_counter() - t0, 1)
         result["ops"][op] = rec
         if rec.get("rows"):
