@@ -5,8 +5,8 @@
   the group before the next step (H200: fp32 4 rows 6-9% faster at 192-384 tiles,
   results/h200/session20/bench_kda_ilp.log). In the PTX that shows as runs of equal-offset
   shuffles as long as the group; without the knob the longest run is 2 (the L2 norms' q and k).
-- fp32_small_v_split: the fp32 small plan (F32_ kernel) gets its own cluster size; the bf16 small
-  plan keeps v_split.
+- fp32_tiny_hi > 0: fp32 at B * h <= fp32_tiny_hi runs a fourth plan, the fp32 small plan's fused
+  kernel over 8-CTA clusters (T32_ constants); bf16 and larger tile counts keep their plans.
 Each check also runs on a point without the knob and must fail there: the tests can fail.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_helpers import ROOT, compiled_ptx, template_params
+from kernel_helpers import ROOT, compiled_ptx, load_module, template_params
 
 BASE = "d5a02a202445"                          # persistmix: mid v2, no interleave
 
@@ -63,9 +63,28 @@ def test_persist_interleaves_the_rows_of_a_group(state_dtype, over, want, tmp_pa
     assert longest_equal_shuffle_run(_entry(ptx, "KdaPersist")) == want
 
 
-@pytest.mark.parametrize("fp32_v_split", [4, 8])
-def test_fp32_small_plan_has_its_own_cluster_size(fp32_v_split):
-    src = _family().render(dict(template_params("kda_decode", BASE), fp32_small_v_split=fp32_v_split))
-    assert re.search(r"^V_SPLIT = 4$", src, re.M)                     # the bf16 small plan
-    f32 = re.search(r"^F32_V_SPLIT = (\d+)$", src, re.M)
-    assert f32 and int(f32.group(1)) == fp32_v_split
+@pytest.mark.parametrize("tiny_hi", [0, 12])
+def test_fp32_tiny_plan_takes_the_fewest_tiles(tiny_hi, tmp_path):
+    path = _render(tmp_path, fp32_tiny_hi=tiny_hi)
+    src = path.read_text()
+    assert bool(re.search(r"^T32_V_SPLIT = 8$", src, re.M)) == (tiny_hi > 0)
+    assert re.search(r"^V_SPLIT = 4$", src, re.M)                     # the small plans keep theirs
+    m = load_module(path, f"kda_tiny_{tiny_hi}")
+    for h in (12, 6):                                                 # TP8, TP16 local heads
+        fp32 = m.ByTiles(m.PLANS["fp32"], h, "small", "mid", "persist", *(["tiny"] if tiny_hi else []))
+        bf16 = m.ByTiles(m.PLANS["bf16"], h, "small", "mid", "persist", *(["tiny"] if tiny_hi else []))
+        for b in (1, 2, 4, 8, 16, 32, 64):
+            tiles = b * h
+            want = "tiny" if tiles <= tiny_hi else fp32.which(b) if tiles > tiny_hi else None
+            assert fp32.which(b) == want and (want != "tiny" or tiles <= 12)
+            assert bf16.which(b) != "tiny"
+        assert (fp32.which(1) == "tiny") == (tiny_hi >= h)
+
+
+def test_fp32_tiny_plan_compiles_at_the_small_plans_shape(tmp_path):
+    ptx = compiled_ptx(_render(tmp_path, fp32_tiny_hi=12), tmp_path, state_dtype="fp32")
+    tiny = _entry(ptx, "T32_KdaDecode")
+    small = _entry(ptx, "F32_KdaDecode")
+    head = lambda e: re.search(r"\.reqntid\s+(\d+)", e.split("{", 1)[0]).group(1)  # noqa: E731
+    assert head(tiny) == head(small)                                  # the fp32 small plan's shape
+    assert tiny.split("{", 1)[1] != small.split("{", 1)[1]            # over other clusters (RB 16, not 32)

@@ -87,6 +87,6 @@ def test_mid_plan_over_a_cluster_pushes_its_rms_partials(cid, tmp_path):
 def test_pushed_rms_buffer_holds_every_peer(v_split):
     """The pushed partials land in part[rank]: the buffer of the small and fp32-small plans needs
     V_SPLIT floats (4 before session 19); the mid plan (v_split 1) keeps 4."""
-    src = _family().render(dict(template_params("kda_decode", BASE), v_split=v_split, fp32_small_v_split=v_split))
+    src = _family().render(dict(template_params("kda_decode", BASE), v_split=v_split))
     allocs = re.findall(r"part = smem\.allocate_tensor\(Float32, cute\.make_layout\(\((\d+),\)\)", src)
     assert sorted(int(n) for n in allocs) == sorted([max(4, v_split)] * 2 + [4])
