@@ -364,7 +364,9 @@ def render(c: OpCard) -> str:
             lines.append(UNREACHABLE_LEGEND)
     summary = [f"{t} met at {a}/{n}" + (_floor_misses_note(c) if t == "floor" else "")
                for t in ("floor", "compile", "cublas", "pair") for a, n in [c.met(t)] if n]
-    lines.append(f"{c.op}: {len(c.measured)} points measured; " + ("; ".join(summary) or "nothing judged")
+    covered = c.scope_points - len(c.unmeasured)
+    shared = f" (covering {covered} scope points: rows of equal shapes stand for each other)" if covered != len(c.measured) else ""
+    lines.append(f"{c.op}: {len(c.measured)} points measured{shared}; " + ("; ".join(summary) or "nothing judged")
                  + f"; {len(c.unmeasured)} of the {c.scope_points} points of its scope never measured"
                  + (f" (e.g. {', '.join(p.label() for p in c.unmeasured[:4])})" if c.unmeasured else ""))
     if c.best_run:

@@ -154,6 +154,17 @@ def test_committed_results_cover_every_promoted_op(sc):
         assert 0 < c.best_run_points <= c.scope_points and c.best_run_compile_points <= c.best_run_points
 
 
+def test_a_row_that_stands_for_another_scope_point_says_so(sc):
+    """moe_router's shapes do not depend on TP: its committed TP8 rows cover the TP16 points too,
+    and the summary line says how many scope points the rows cover."""
+    cards = {c.op: c for c in sc.scorecards()}
+    router, kda = cards["moe_router"], cards["kda_decode"]
+    covered = router.scope_points - len(router.unmeasured)
+    assert covered > len(router.measured)
+    assert f"covering {covered} scope points" in sc.render(router)
+    assert "covering" not in sc.render(kda)                           # kda's rows are one point each
+
+
 def test_a_replicated_op_at_tp16_is_its_tp8_point(sc):
     """add_rmsnorm's tensors do not depend on TP: a TP8 row covers TP16; kda_decode's heads do."""
     assert sc._work("add_rmsnorm", sc.Point(8, 4)) == sc._work("add_rmsnorm", sc.Point(16, 4))
