@@ -22,6 +22,10 @@
 #            call 3, carry [".device"]: ... PHASE=perf bash scripts/gpu/regate.sh OP/ID ...
 #            (each call within 30 s of the last, while the machine is warm: /tmp/site and the
 #            compile cache live there; a cold machine needs call 1 again)
+#            Only numerics_model needs /tmp/site. For a candidate near the perf gate's geomean
+#            bar, run PHASE=perf first (carry [".device"]); then, if it passes, unpack the site
+#            and run PHASE=checks in one call (carry [".device", ".whl"], when both fit the 64 MiB:
+#            scripts/gpu/carry_size.py .device .whl). Session 20 promoted kda 7eee43 that way.
 #   here:    mkdir -p /tmp/rg && tar xJf FILES_AT/regate_<phase>.tar.xz -C /tmp/rg &&
 #            python scripts/land_evidence.py /tmp/rg/<phase> [--promote]
 #
