@@ -5,6 +5,8 @@
   the group before the next step (H200: fp32 4 rows 6-9% faster at 192-384 tiles,
   results/h200/session20/bench_kda_ilp.log). In the PTX that shows as runs of equal-offset
   shuffles as long as the group; without the knob the longest run is 2 (the L2 norms' q and k).
+- fp32_stages 1 with fp32_ctas_per_sm 2: the persistent kernel without prefetch ahead, two CTAs an
+  SM (unmeasured in session 20).
 - fp32_tiny_hi > 0: fp32 at B * h <= fp32_tiny_hi runs a fourth plan, the fp32 small plan's fused
   kernel over 8-CTA clusters (T32_ constants); bf16 and larger tile counts keep their plans.
 Each check also runs on a point without the knob and must fail there: the tests can fail.
@@ -88,3 +90,16 @@ def test_fp32_tiny_plan_compiles_at_the_small_plans_shape(tmp_path):
     head = lambda e: re.search(r"\.reqntid\s+(\d+)", e.split("{", 1)[0]).group(1)  # noqa: E731
     assert head(tiny) == head(small)                                  # the fp32 small plan's shape
     assert tiny.split("{", 1)[1] != small.split("{", 1)[1]            # over other clusters (RB 16, not 32)
+
+
+@pytest.mark.parametrize("stages,ctas_per_sm", [(1, 2), (3, 1)])
+def test_persist_pipeline_depth_and_ctas_per_sm(stages, ctas_per_sm, tmp_path):
+    """fp32_stages 1 (no tile prefetched ahead) with 2 CTAs an SM: launch bounds for 2, and the only
+    cp.async wait is for everything; 3 stages at one CTA an SM wait with 2 groups still in flight."""
+    path = _render(tmp_path, fp32_ilp=4, fp32_stages=stages, fp32_ctas_per_sm=ctas_per_sm, fp32_warps=8 if stages == 1 else 16)
+    entry = _entry(compiled_ptx(path, tmp_path, state_dtype="fp32"), "KdaPersist")
+    head = entry.split("{", 1)[0]
+    bound = re.search(r"\.minnctapersm\s+(\d+)", head)
+    assert (int(bound.group(1)) if bound else 1) == ctas_per_sm
+    waits = {int(n) for n in re.findall(r"cp\.async\.wait_group\s+(\d+)", entry)}
+    assert waits == {0, stages - 1} if stages > 1 else waits == {0}

@@ -83,7 +83,7 @@ def schedule(n_tiles: int, ctas: int, stages: int) -> list[int]:
     return done
 
 
-@pytest.mark.parametrize("stages", [2, 3])
+@pytest.mark.parametrize("stages", [1, 2, 3])                      # 1: no prefetch ahead (fp32_stages 1)
 @pytest.mark.parametrize("n_tiles", [6, 12, 131, 132, 133, 384, 768])
 @pytest.mark.parametrize("ctas", [132, 264])
 def test_pipeline_visits_every_tile_once(n_tiles, ctas, stages):
