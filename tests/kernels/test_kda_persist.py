@@ -145,15 +145,18 @@ def test_persist_ptx(cid, state_dtype, tmp_path):
 @pytest.mark.parametrize("cid", family_candidates("kda_decode", "persistmix"))
 def test_persistmix_windows_are_in_tiles(cid):
     m = _module(cid)
+    kinds = ("small", "mid", "persist") + (("tiny",) if hasattr(m, "T32_KdaDecode") else ())   # fp32_tiny_hi
     for name, plan in m.PLANS.items():
-        b8, b16 = m.ByTiles(plan, 12, "s", "m", "p"), m.ByTiles(plan, 6, "s", "m", "p")
+        tiny_hi = getattr(plan, "tiny_hi", 0)
+        b8, b16 = m.ByTiles(plan, 12, *kinds), m.ByTiles(plan, 6, *kinds)
         for bsz in (1, 2, 4, 8, 16, 32):
             assert b8.which(bsz) == b16.which(2 * bsz), (name, bsz)
             tiles = 12 * bsz
-            want = ("small" if tiles <= plan.small_hi else "mid" if plan.mid_lo < tiles <= plan.mid_hi else "persist")
+            want = ("tiny" if tiles <= tiny_hi else "small" if tiles <= plan.small_hi
+                    else "mid" if plan.mid_lo < tiles <= plan.mid_hi else "persist")
             assert b8.which(bsz) == want
         calls = []
-        b = m.ByTiles(plan, 12, *(lambda *a, k=k: calls.append(k) for k in ("small", "mid", "persist")))
+        b = m.ByTiles(plan, 12, *(lambda *a, k=k: calls.append(k) for k in kinds))
         b(torch.zeros(3, 1))
         assert calls == [b.which(3)]
 
@@ -161,11 +164,12 @@ def test_persistmix_windows_are_in_tiles(cid):
 @pytest.mark.parametrize("cid", family_candidates("kda_decode", "persistmix"))
 @pytest.mark.parametrize("state_dtype", ["fp32", "bf16"])
 def test_persistmix_compiles_the_plans_it_uses(cid, state_dtype, tmp_path):
-    """One PTX entry per plan with a non-empty window: the small and mid fused kernels, the persistent one."""
+    """One PTX entry per plan with a non-empty window: the tiny, small and mid fused kernels, the persistent one."""
     m = _module(cid)
     plan = m.PLANS[state_dtype]
     ptx = compiled_ptx(ROOT / "kernels_generated/kda_decode" / cid / "kernel.py", tmp_path, state_dtype=state_dtype)
     names = [e.split("(", 1)[0] for e in ptx.split(".entry ")[1:]]
     assert sum("KdaPersist" in n for n in names) == 1
     assert sum("MID_KdaDecode" in n for n in names) == int(plan.mid_hi > plan.mid_lo)
-    assert sum("KdaDecode" in n and "MID_" not in n for n in names) == int(plan.small_hi > 0)
+    assert sum("T32_KdaDecode" in n for n in names) == int(getattr(plan, "tiny_hi", 0) > 0)
+    assert sum("KdaDecode" in n and "MID_" not in n and "T32_" not in n for n in names) == int(plan.small_hi > 0)
