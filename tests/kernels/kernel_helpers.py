@@ -26,6 +26,35 @@ def template_params(op: str, cid: str) -> dict:
     return meta["provenance"]["template"]["params"]
 
 
+def variant_source(op: str, cid: str, **over) -> str:
+    """A committed templated candidate's family rendered from its params with `over` changed."""
+    import json
+
+    from harness.agent.families import load_family
+
+    tmpl = json.loads((ROOT / "kernels_generated" / op / cid / "candidate.json").read_text())["provenance"]["template"]
+    fam = load_family(ROOT / "prompts/kernels" / op / f"{tmpl['family']}.py.j2", op)
+    return fam.render(dict(tmpl["params"], **over))
+
+
+def write_variant(dest: Path, op: str, cid: str, **over) -> Path:
+    """variant_source written to dest/variant/kernel.py (a scratch kernel for a compile test, no
+    candidate folder: variants that spill may not be committed)."""
+    path = dest / "variant" / "kernel.py"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(variant_source(op, cid, **over))
+    return path
+
+
+def kernel_entry(ptx: str, name: str) -> str:
+    """The PTX body of the one kernel entry of class `name` (entry names carry `_k<class>_`)."""
+    import re
+
+    found = [e for e in ptx.split(".entry ")[1:] if re.search(rf"_k{name}_", e.split("(", 1)[0])]
+    assert len(found) == 1, f"{len(found)} kernel entries of class {name}"
+    return found[0]
+
+
 _PTX_PROBE = r"""
 import os, sys, importlib.util, pathlib, json
 spec = importlib.util.spec_from_file_location("k", sys.argv[1]); m = importlib.util.module_from_spec(spec)

@@ -18,28 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from kernel_helpers import ROOT, compiled_ptx, load_module, template_params
+from kernel_helpers import compiled_ptx, kernel_entry, load_module, write_variant
 
 BASE = "d5a02a202445"                          # persistmix: mid v2, no interleave
 
 
-def _family():
-    from harness.agent.families import load_family
-
-    return load_family(ROOT / "prompts/kernels/kda_decode/persistmix.py.j2", "kda_decode")
-
-
 def _render(tmp_path, **over) -> Path:
-    path = tmp_path / "variant" / "kernel.py"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_family().render(dict(template_params("kda_decode", BASE), **over)))
-    return path
-
-
-def _entry(ptx: str, name: str) -> str:
-    found = [e for e in ptx.split(".entry ")[1:] if re.search(rf"_k{name}_", e.split("(", 1)[0])]
-    assert len(found) == 1, f"{len(found)} entries named {name}"
-    return found[0]
+    return write_variant(tmp_path, "kda_decode", BASE, **over)
 
 
 def longest_equal_shuffle_run(entry: str) -> int:
@@ -62,7 +47,7 @@ def longest_equal_shuffle_run(entry: str) -> int:
 ])
 def test_persist_interleaves_the_rows_of_a_group(state_dtype, over, want, tmp_path):
     ptx = compiled_ptx(_render(tmp_path, **over), tmp_path, state_dtype=state_dtype)
-    assert longest_equal_shuffle_run(_entry(ptx, "KdaPersist")) == want
+    assert longest_equal_shuffle_run(kernel_entry(ptx, "KdaPersist")) == want
 
 
 @pytest.mark.parametrize("tiny_hi", [0, 12])
@@ -85,8 +70,8 @@ def test_fp32_tiny_plan_takes_the_fewest_tiles(tiny_hi, tmp_path):
 
 def test_fp32_tiny_plan_compiles_at_the_small_plans_shape(tmp_path):
     ptx = compiled_ptx(_render(tmp_path, fp32_tiny_hi=12), tmp_path, state_dtype="fp32")
-    tiny = _entry(ptx, "T32_KdaDecode")
-    small = _entry(ptx, "F32_KdaDecode")
+    tiny = kernel_entry(ptx, "T32_KdaDecode")
+    small = kernel_entry(ptx, "F32_KdaDecode")
     head = lambda e: re.search(r"\.reqntid\s+(\d+)", e.split("{", 1)[0]).group(1)  # noqa: E731
     assert head(tiny) == head(small)                                  # the fp32 small plan's shape
     assert tiny.split("{", 1)[1] != small.split("{", 1)[1]            # over other clusters (RB 16, not 32)
@@ -97,7 +82,7 @@ def test_persist_pipeline_depth_and_ctas_per_sm(stages, ctas_per_sm, tmp_path):
     """fp32_stages 1 (no tile prefetched ahead) with 2 CTAs an SM: launch bounds for 2, and the only
     cp.async wait is for everything; 3 stages at one CTA an SM wait with 2 groups still in flight."""
     path = _render(tmp_path, fp32_ilp=4, fp32_stages=stages, fp32_ctas_per_sm=ctas_per_sm, fp32_warps=8 if stages == 1 else 16)
-    entry = _entry(compiled_ptx(path, tmp_path, state_dtype="fp32"), "KdaPersist")
+    entry = kernel_entry(compiled_ptx(path, tmp_path, state_dtype="fp32"), "KdaPersist")
     head = entry.split("{", 1)[0]
     bound = re.search(r"\.minnctapersm\s+(\d+)", head)
     assert (int(bound.group(1)) if bound else 1) == ctas_per_sm

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_helpers import ROOT, compiled_ptx, family_candidates, template_params
+from kernel_helpers import ROOT, compiled_ptx, family_candidates, kernel_entry, template_params, variant_source, write_variant
 
 BASE = "8d966129dc0a"                         # promoted persistmix: mid v1, no launch bounds
 
@@ -30,26 +30,14 @@ def _with(pred) -> list[str]:
 MID_SPLIT = _with(lambda p: p.get("mid_v_split", 1) > 1)
 
 
-def _family():
-    from harness.agent.families import load_family
-
-    return load_family(ROOT / "prompts/kernels/kda_decode/persistmix.py.j2", "kda_decode")
-
-
 def _render(tmp_path, **over) -> Path:
     """BASE's params with `over`, rendered to a kernel.py under tmp_path (the launch-bounded plans
     spill a few bytes, so none is committed: tests/kernels/test_compile_candidates.py's bar)."""
-    path = tmp_path / "variant" / "kernel.py"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_family().render(dict(template_params("kda_decode", BASE), **over)))
-    return path
+    return write_variant(tmp_path, "kda_decode", BASE, **over)
 
 
 def _mid_entry(kernel_path: Path, tmp_path, state_dtype: str = "bf16") -> str:
-    ptx = compiled_ptx(kernel_path, tmp_path, state_dtype=state_dtype)
-    mids = [e for e in ptx.split(".entry ")[1:] if "MID_KdaDecode" in e.split("(", 1)[0]]
-    assert len(mids) == 1, f"{kernel_path}: {len(mids)} mid kernels"
-    return mids[0]
+    return kernel_entry(compiled_ptx(kernel_path, tmp_path, state_dtype=state_dtype), "MID_KdaDecode")
 
 
 def _bounds(entry: str) -> tuple[int | None, int | None]:
@@ -87,6 +75,6 @@ def test_mid_plan_over_a_cluster_pushes_its_rms_partials(cid, tmp_path):
 def test_pushed_rms_buffer_holds_every_peer(v_split):
     """The pushed partials land in part[rank]: the buffer of the small and fp32-small plans needs
     V_SPLIT floats (4 before session 19); the mid plan (v_split 1) keeps 4."""
-    src = _family().render(dict(template_params("kda_decode", BASE), v_split=v_split))
+    src = variant_source("kda_decode", BASE, v_split=v_split)
     allocs = re.findall(r"part = smem\.allocate_tensor\(Float32, cute\.make_layout\(\((\d+),\)\)", src)
     assert sorted(int(n) for n in allocs) == sorted([max(4, v_split)] * 2 + [4])
