@@ -25,6 +25,11 @@ Each point's floor target is also judged reachable or not: bench_kernels.py's CU
 charges even an empty kernel its run's `launch_floor_us`, so where floor + launch exceeds the
 target (moe_router's ~3.2 us floor: 4.16 us target) no kernel can meet it under that timing; such
 misses are marked "floor MISS*", and a run that did not record the launch floor leaves it unknown.
+A miss the launch floor leaves reachable is also held against the copy yardstick of its run
+(bench_kernels.py's "copy" column: torch's device copy of the point's bytes, timed alongside):
+where even that copy exceeds the target it is marked "floor MISS^", beyond a copy: reachable in
+principle, not by any kernel that moves its bytes no faster than a device copy does. The
+yardstick is not a strict bound (a read-mostly op reads where the copy also writes).
 
     python scripts/scorecard.py                  # every promoted op, then the per-layer tables
     python scripts/scorecard.py --op kda_decode --json
@@ -75,13 +80,16 @@ class Measurement:
     cublas_us: float | None = None
     pair_us: float | None = None
     launch_floor_us: float | None = None      # the source run's empty-kernel time; None: not recorded
+    copy_us: float | None = None              # the same row's copy yardstick; None: not timed
     verdicts: dict[str, bool] = field(default_factory=dict)
     target_us: float = field(init=False)      # the floor target's limit on ours
     reachable: bool | None = field(init=False)   # floor + launch <= target; None: launch unknown
+    beyond_copy: bool = field(init=False)     # reachable (or unknown), yet the copy misses the target
 
     def __post_init__(self) -> None:
         self.target_us = floor_target_us(self.floor_us)
         self.reachable = floor_reachable(self.floor_us, self.launch_floor_us, self.target_us)
+        self.beyond_copy = self.reachable is not False and self.copy_us is not None and self.copy_us > self.target_us
 
     def floor_plus_launch_us(self) -> float | None:
         return None if self.launch_floor_us is None else self.floor_us + self.launch_floor_us
@@ -102,10 +110,13 @@ class OpCard:
         judged = [m.verdicts[target] for m in self.measured if target in m.verdicts]
         return sum(judged), len(judged)
 
-    def floor_misses(self) -> tuple[int, int, int]:
-        """The floor target's misses: (unreachable, reachable, unknown) under the harness's timing."""
-        reach = [m.reachable for m in self.measured if m.verdicts.get("floor") is False]
-        return reach.count(False), reach.count(True), reach.count(None)
+    def floor_misses(self) -> tuple[int, int, int, int]:
+        """The floor target's misses: (unreachable, beyond a copy, reachable, unknown) under the
+        harness's timing; "beyond a copy" ones are not counted as reachable or unknown."""
+        missed = [m for m in self.measured if m.verdicts.get("floor") is False]
+        beyond = sum(m.beyond_copy for m in missed)
+        reach = [m.reachable for m in missed if not m.beyond_copy]
+        return reach.count(False), beyond, reach.count(True), reach.count(None)
 
 
 # ---- reading ---------------------------------------------------------------------------------------
@@ -231,7 +242,8 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
                 with_compile.add(_work(op, p))
             pair = next((c for c in times if c.startswith("cublas+situ")), None)
             latest[p] = Measurement(p, ours, float(row["floor_us"]), src, _median(times, "eager"), comp,
-                                    "", _median(times, "cublas"), _median(times, pair), launch_us)
+                                    "", _median(times, "cublas"), _median(times, pair), launch_us,
+                                    _median(times, "copy"))
     for m in latest.values():
         if m.compile_us is None and m.point in compile_at:
             m.compile_us, m.compile_source = compile_at[m.point]
@@ -328,20 +340,25 @@ def _f(x: float | None, nd: int = 2) -> str:
 UNREACHABLE_LEGEND = (f"floor MISS*: unreachable under this timing, floor+launch (the run's empty-kernel time) "
                       f"already exceeds the target ({FLOOR_FACTOR} x floor, or {SMALL_CAP_US:g} us under a "
                       f"{FLOOR_LIMIT_US:g} us floor)")
+BEYOND_COPY_LEGEND = ("floor MISS^: beyond a copy, torch's device copy of the point's bytes (the run's copy column, "
+                      "same timing) already exceeds the target")
 
 
 def _mark(target: str, ok: bool, m: Measurement) -> str:
     if ok:
         return f"{target} ok"
-    return f"{target} MISS" + ("*" if target == "floor" and m.reachable is False else "")
+    if target != "floor":
+        return f"{target} MISS"
+    return "floor MISS" + ("*" if m.reachable is False else "^" if m.beyond_copy else "")
 
 
 def _floor_misses_note(c: OpCard) -> str:
-    unreachable, reachable, unknown = c.floor_misses()
-    missed = unreachable + reachable + unknown
+    unreachable, beyond, reachable, unknown = c.floor_misses()
+    missed = unreachable + beyond + reachable + unknown
     if not missed:
         return ""
-    return f" ({missed} missed: {unreachable} unreachable, {reachable} reachable, {unknown} unknown)"
+    return (f" ({missed} missed: {unreachable} unreachable, {beyond} beyond a copy, {reachable} reachable, "
+            f"{unknown} unknown)")
 
 
 def render(c: OpCard) -> str:
@@ -349,19 +366,21 @@ def render(c: OpCard) -> str:
     if not c.measured:
         lines.append("no committed benchmark measured this candidate")
     else:
-        head = ("| point | eager | torch.compile | cuBLAS [+situ] | ours | floor | floor+launch | ours/floor "
+        head = ("| point | eager | torch.compile | cuBLAS [+situ] | ours | floor | floor+launch | copy | ours/floor "
                 "| vs compile | targets | source |")
-        lines += [head, "|---" * 11 + "|"]
+        lines += [head, "|---" * 12 + "|"]
         for m in c.measured:
             vs = "-" if m.compile_us is None else \
                 f"{m.compile_us / m.ours_us:.2f}x" + (" (other run)" if m.compile_source else "")
             marks = " ".join(_mark(t, ok, m) for t, ok in m.verdicts.items())
             base = m.cublas_us if m.cublas_us is not None else m.pair_us
             lines.append(f"| {m.point.label()} | {_f(m.eager_us, 1)} | {_f(m.compile_us)} | {_f(base)} | "
-                         f"{_f(m.ours_us)} | {_f(m.floor_us)} | {_f(m.floor_plus_launch_us())} | "
+                         f"{_f(m.ours_us)} | {_f(m.floor_us)} | {_f(m.floor_plus_launch_us())} | {_f(m.copy_us)} | "
                          f"{m.ours_us / m.floor_us:.2f} | {vs} | {marks} | {m.source} |")
         if c.floor_misses()[0]:
             lines.append(UNREACHABLE_LEGEND)
+        if c.floor_misses()[1]:
+            lines.append(BEYOND_COPY_LEGEND)
     summary = [f"{t} met at {a}/{n}" + (_floor_misses_note(c) if t == "floor" else "")
                for t in ("floor", "compile", "cublas", "pair") for a, n in [c.met(t)] if n]
     covered = c.scope_points - len(c.unmeasured)

@@ -130,7 +130,7 @@ def test_floor_misses_split_by_reachability(sc, tmp_path):
     assert by_batch[1].ours_us == 3.5 and by_batch[1].source.endswith("a_old.json")
     assert by_batch[8].launch_floor_us == launch_us and by_batch[8].target_us == pytest.approx(sc.FLOOR_FACTOR * 3.2)
     assert by_batch[2].target_us == sc.SMALL_CAP_US
-    assert c.met("floor") == (1, 6) and c.floor_misses() == (2, 2, 1)
+    assert c.met("floor") == (1, 6) and c.floor_misses() == (2, 0, 2, 1)
 
     text = sc.render(c)
     lines = {m.point.batch: next(x for x in text.splitlines() if x.startswith(f"| {m.point.label()} |"))
@@ -139,7 +139,35 @@ def test_floor_misses_split_by_reachability(sc, tmp_path):
     assert all("floor MISS " in lines[b] for b in (1, 4, 32)) and "floor ok" in lines[16]
     assert f"| {rows[8][1] + launch_us:.2f} |" in lines[8] and f"| {rows[32][1]:.2f} | - |" in lines[32]
     assert sc.UNREACHABLE_LEGEND in text.splitlines()
-    assert "floor met at 1/6 (5 missed: 2 unreachable, 2 reachable, 1 unknown)" in text
+    assert "floor met at 1/6 (5 missed: 2 unreachable, 0 beyond a copy, 2 reachable, 1 unknown)" in text
+    assert sc.BEYOND_COPY_LEGEND not in text                # no run timed the copy
+
+
+def test_a_reachable_miss_beyond_the_copy_is_counted_apart(sc, tmp_path):
+    res = _results(tmp_path, [1, 16])
+    def row(b, ours, floor, copy=None):
+        r = _row(b, ours, floor_us=floor)
+        if copy is not None:
+            r["times"]["copy"] = {"median_us": copy}
+        return r
+    _bench(res / "a.json", [row(1, 3.5, 0.5, copy=3.2),     # reachable by floor + launch, the copy misses 3 us
+                            row(2, 3.5, 0.5, copy=2.4),     # the copy meets the cap: a plain reachable miss
+                            row(4, 8.0, 3.2, copy=5.0),     # unreachable by floor + launch: stays "*"
+                            row(8, 2.8, 0.5, copy=3.3),     # met although the copy is slower: no mark
+                            row(16, 3.5, 0.5)],             # no copy timed: reachable
+           launch_floor_us=1.1)
+    [c] = sc.scorecards(tmp_path, res)
+    by = {m.point.batch: m for m in c.measured}
+    assert {b: m.beyond_copy for b, m in by.items()} == {1: True, 2: False, 4: False, 8: True, 16: False}
+    assert by[1].copy_us == 3.2 and by[16].copy_us is None
+    assert c.floor_misses() == (1, 1, 2, 0)                 # (unreachable, beyond a copy, reachable, unknown)
+    text = sc.render(c)
+    line = {m.point.batch: next(x for x in text.splitlines() if x.startswith(f"| {m.point.label()} |"))
+            for m in c.measured}
+    assert "floor MISS^ " in line[1] and "floor MISS " in line[2] and "floor MISS* " in line[4]
+    assert "floor ok" in line[8] and "| 3.20 |" in line[1] and "| - | 7.00 |" in line[16]
+    assert sc.BEYOND_COPY_LEGEND in text.splitlines() and sc.UNREACHABLE_LEGEND in text.splitlines()
+    assert "(4 missed: 1 unreachable, 1 beyond a copy, 2 reachable, 0 unknown)" in text
 
 
 def test_committed_results_cover_every_promoted_op(sc):
@@ -154,15 +182,23 @@ def test_committed_results_cover_every_promoted_op(sc):
         assert 0 < c.best_run_points <= c.scope_points and c.best_run_compile_points <= c.best_run_points
 
 
-def test_a_row_that_stands_for_another_scope_point_says_so(sc):
-    """moe_router's shapes do not depend on TP: its committed TP8 rows cover the TP16 points too,
-    and the summary line says how many scope points the rows cover."""
-    cards = {c.op: c for c in sc.scorecards()}
-    router, kda = cards["moe_router"], cards["kda_decode"]
-    covered = router.scope_points - len(router.unmeasured)
-    assert covered > len(router.measured)
-    assert f"covering {covered} scope points" in sc.render(router)
-    assert "covering" not in sc.render(kda)                           # kda's rows are one point each
+def test_a_row_that_stands_for_another_scope_point_says_so(sc, tmp_path):
+    """moe_router's shapes do not depend on TP: a run's TP8 rows cover the TP16 points too, and the
+    summary line says how many scope points the rows cover; kda's rows are one point each."""
+    (tmp_path / "kernels_generated").mkdir()
+    scope = {"archs": ["sm_90a"], "tp": [8, 16], "batch": [1, 2], "dtypes": ["bf16"], "state_dtypes": [], "shapes": []}
+    (tmp_path / "kernels_generated" / "promoted.json").write_text(
+        json.dumps([{"op": "moe_router", "candidate": "abc123def456", "scope": scope}]))
+    res = tmp_path / "results"
+    res.mkdir()
+    rows = [{"tp": 8, "batch": b, "floor_us": 3.2, "times": {"fam:abc123": {"median_us": 9.0}}} for b in (1, 2)]
+    (res / "r.json").write_text(json.dumps({"ops": {"moe_router": {
+        "op": "moe_router", "candidates": {"fam:abc123": {"id": "abc123def456"}}, "rows": rows}}}))
+    [router] = sc.scorecards(tmp_path, res)
+    assert len(router.measured) == 2 and router.scope_points == 4 and not router.unmeasured
+    assert "2 points measured (covering 4 scope points" in sc.render(router)
+    kda = {c.op: c for c in sc.scorecards()}["kda_decode"]           # the committed runs
+    assert "covering" not in sc.render(kda)
 
 
 def test_a_replicated_op_at_tp16_is_its_tp8_point(sc):

@@ -13,7 +13,13 @@ For every op with human candidates (kernels_generated/<op>/*/candidate.json, aut
   3. the HBM floor = op.min_bytes / bandwidth of a device copy measured in the same run, and
      the launch floor: what the same timing charges an empty CuTe DSL kernel of 128 CTAs
      (scripts/gpu/launch_floor.py; ~1.1 us on the H200), so "floor+launch" is the least any
-     one-kernel implementation can measure here.
+     one-kernel implementation can measure here;
+  4. the copy yardstick ("copy"): torch's device copy of min_bytes / 2 bytes (so min_bytes read and
+     written in all: the floor's bytes, by the floor's own copy) timed like the candidates, rotated
+     and interleaved with them: what moving the op's bytes costs in one launch under this timing,
+     with its DRAM latency and ramp. Not a strict bound (a read-mostly op reads where the copy
+     also writes), but where even the copy misses a target, no one-pass kernel is likely to meet
+     it (--no-copy-floor skips it).
 skinny_gemm also times torch's own bf16 `x @ weight.t()` (cuBLAS), the bar its kernels must beat;
 gemm_situ_and_mul times the pair it replaces, cuBLAS then the promoted situ_and_mul kernel.
 A candidate is only checked and timed at the points of its declared scope (batch range, TP,
@@ -180,6 +186,23 @@ def check_point(defn, mod, compiled, point: Point, seed: int = 0) -> dict:
                             "reason": c.reason} for n, c in res.tensors.items()}}
 
 
+COPY = "copy"                              # the copy yardstick's column in a row's times
+
+
+def copy_elems(min_bytes: int) -> int:
+    """fp32 elements per copy so that one copy reads and writes min_bytes in all (at least one)."""
+    return max(1, min_bytes // 8)
+
+
+def copy_impl(min_bytes: int, n_sets: int):
+    """The copy yardstick for one point: fn(set_index) copies that set's own fp32 buffer of
+    copy_elems(min_bytes) elements (n_sets pairs, rotated like the op's inputs)."""
+    n = copy_elems(min_bytes)
+    src = [torch.ones(n, dtype=torch.float32, device="cuda") for _ in range(n_sets)]
+    dst = [torch.empty_like(t) for t in src]
+    return lambda i: dst[i].copy_(src[i])
+
+
 def rotated_sets(defn, point: Point) -> tuple[list[dict], list[dict]]:
     gen = torch.Generator().manual_seed(1234)
     base = defn.make_inputs(point, gen, "cuda")
@@ -212,9 +235,10 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
 
 def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bool,
              rounds: int, only: tuple[str, ...] = (), dog: StepWatchdog | None = None,
-             on_row=lambda rec: None) -> dict:
+             on_row=lambda rec: None, copy_floor: bool = True) -> dict:
     """One op's table; `dog` (if given) times every compile + check and every point's timing (the
-    caller disarms it), `on_row(rec)` runs after each point (the caller writes its JSON there)."""
+    caller disarms it), `on_row(rec)` runs after each point (the caller writes its JSON there);
+    `copy_floor` adds the copy yardstick (COPY) to every point's timing."""
     step = dog.step if dog is not None else (lambda what: None)
     defn = reference_impls.get(op)
     cands = human_candidates(op, only)
@@ -252,6 +276,9 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
         impls["eager"] = lambda i, s=sets: defn.reference(**s[i])
         if compiled_ref is not None:
             impls["compile"] = lambda i, s=sets: compiled_ref(**s[i])
+        if copy_floor:
+            impls[COPY] = copy_impl(row["min_bytes"], len(sets))
+            row["copy_bytes"] = 8 * copy_elems(row["min_bytes"])
         if baseline is not None:
             impls[baseline[0]] = lambda i, s=sets, f=baseline[1]: f(**s[i])
             if hasattr(baseline[1], "activation_for"):
@@ -315,14 +342,18 @@ def med(times: dict, name: str) -> float | None:
 def print_table(rec: dict, launch_us: float | None = None) -> None:
     """One line per point: B, eager, torch.compile, each candidate, the HBM floor, the best
     candidate's % of it and its speedup over torch.compile; with the launch floor (us) also
-    floor + launch and the best candidate's time over that."""
+    floor + launch and the best candidate's time over that; with the copy yardstick (rows timed
+    with COPY) also its time and the best candidate's time over it."""
     labels = list(rec["candidates"])
     base = rec.get("baseline") or BASELINES.get(rec["op"], (None,))[0]
+    copied = any(med(r.get("times", {}), COPY) is not None for r in rec["rows"])
     print(f"\n== {rec['op']} ==  (us, CUDA-graph replay, median; floor = min_bytes / measured copy bandwidth"
-          + (f"; launch = {launch_us:.2f} us, an empty 128-CTA kernel" if launch_us else "") + ")")
+          + (f"; launch = {launch_us:.2f} us, an empty 128-CTA kernel" if launch_us else "")
+          + ("; copy = the device copy of the same bytes, same timing" if copied else "") + ")")
     extra = [h for h, key in (("shape", "shape"), ("state", "state_dtype")) if any(r.get(key) for r in rec["rows"])]
     hdr = (["TP"] + extra + ["B", "eager", "compile"] + ([base] if base else []) + labels
            + ["floor", "best %floor"] + (["floor+launch", "best/(fl+ln)"] if launch_us else [])
+           + (["copy", "best/copy"] if copied else [])
            + ["best vs compile"] + ([f"best vs {base}"] if base else []))
     print(" | ".join(f"{h:>14}" for h in hdr))
     in_l2 = False
@@ -340,6 +371,7 @@ def print_table(rec: dict, launch_us: float | None = None) -> None:
                  + [row["floor_us"], (100 * row["floor_us"] / best) if best else None]
                  + ([row["floor_us"] + launch_us, (best / (row["floor_us"] + launch_us)) if best else None]
                     if launch_us else [])
+                 + ([med(t, COPY), (best / med(t, COPY)) if best and med(t, COPY) else None] if copied else [])
                  + [(comp / best) if best and comp else None] + ([(bl / best) if best and bl else None] if base else []))
         print(" | ".join(f"{c:>14.2f}" if isinstance(c, float) else f"{str(c if c is not None else '-'):>14}"
                          for c in cells))
@@ -369,6 +401,8 @@ def main() -> None:
     ap.add_argument("--state-dtypes", default="fp32,bf16", help="state dtypes of ops with several")
     ap.add_argument("--candidates", default="", help="only candidates whose id starts with one of these")
     ap.add_argument("--no-launch-floor", action="store_true", help="skip timing the empty-kernel launch floor")
+    ap.add_argument("--no-copy-floor", action="store_true",
+                    help="skip the copy yardstick (a device copy of each point's bytes, timed with the candidates)")
     ap.add_argument("--step-deadline-s", type=float, default=300.0,
                     help="end the run when one compile + check or one point's timing takes longer (a hung kernel)")
     args = ap.parse_args()
@@ -407,7 +441,7 @@ def main() -> None:
                 out_file.write_text(json.dumps(result, indent=1, default=str))
 
             rec = bench_op(op, points, arch, bw, not args.no_compile_baseline, args.rounds, only,
-                           dog=dog, on_row=partial)
+                           dog=dog, on_row=partial, copy_floor=not args.no_copy_floor)
         except Exception as exc:  # noqa: BLE001
             rec = {"op": op, "error": err_text(exc), "candidates": {}, "rows": []}
             print(f"\n== {op} ==  FAILED: {rec['error']}")

@@ -110,6 +110,28 @@ def test_table_adds_floor_plus_launch_when_measured(bench, capsys):
     assert "floor+launch" not in out and "best %floor" in out and "B*" not in out
 
 
+def test_copy_yardstick_moves_the_floors_bytes(bench):
+    assert bench.copy_elems(100_000) * 8 == 100_000           # 12,500 fp32 read + written = the op's bytes
+    assert bench.copy_elems(100_004) == 12_500                 # rounded down to whole elements
+    assert bench.copy_elems(3) == 1                            # never an empty copy
+
+
+def test_table_adds_the_copy_column_when_timed(bench, capsys):
+    rec = {"op": "add_rmsnorm", "candidates": {"rowreg:aa": {"id": "aa", "check": {"p": {"ok": True}}}},
+           "rows": [{"tp": 8, "batch": 64, "floor_us": 0.9,
+                     "times": {"eager": {"median_us": 46.0}, "compile": {"median_us": 4.8},
+                               "rowreg:aa": {"median_us": 3.0}, bench.COPY: {"median_us": 2.4}}}]}
+    bench.print_table(rec, launch_us=1.1)
+    lines = capsys.readouterr().out.splitlines()
+    cell = dict(zip((h.strip() for h in lines[2].split("|")), (c.strip() for c in lines[3].split("|"))))
+    assert cell["copy"] == "2.40" and cell["best/copy"] == "1.25" and "copy = the device copy" in lines[1]
+    assert "copy" not in rec["candidates"]                     # a yardstick, not a candidate column twice
+    assert lines[2].count("copy") == 2
+    del rec["rows"][0]["times"][bench.COPY]
+    bench.print_table(rec, launch_us=1.1)
+    assert "best/copy" not in capsys.readouterr().out
+
+
 def test_table_marks_points_whose_rotation_stays_in_l2(bench, capsys):
     row = lambda b, rot: {"tp": 8, "batch": b, "floor_us": 0.1, "rotation_bytes": rot,          # noqa: E731
                           "times": {"eager": {"median_us": 20.0}, "compile": {"median_us": 2.5},
