@@ -26,7 +26,7 @@ charges even an empty kernel its run's `launch_floor_us`, so where floor + launc
 target (moe_router's ~3.2 us floor: 4.16 us target) no kernel can meet it under that timing; such
 misses are marked "floor MISS*", and a run that did not record the launch floor leaves it unknown.
 A miss the launch floor leaves reachable is also held against the copy yardstick of its run
-(bench_kernels.py's "copy" column: torch's device copy of the point's bytes, timed alongside):
+(bench_kernels.py's "copy" column: an elementwise SM kernel moving the point's bytes, timed alongside):
 where even that copy exceeds the target it is marked "floor MISS^", beyond a copy: reachable in
 principle, not by any kernel that moves its bytes no faster than a device copy does. The
 yardstick is not a strict bound (a read-mostly op reads where the copy also writes).
@@ -340,8 +340,8 @@ def _f(x: float | None, nd: int = 2) -> str:
 UNREACHABLE_LEGEND = (f"floor MISS*: unreachable under this timing, floor+launch (the run's empty-kernel time) "
                       f"already exceeds the target ({FLOOR_FACTOR} x floor, or {SMALL_CAP_US:g} us under a "
                       f"{FLOOR_LIMIT_US:g} us floor)")
-BEYOND_COPY_LEGEND = ("floor MISS^: beyond a copy, torch's device copy of the point's bytes (the run's copy column, "
-                      "same timing) already exceeds the target")
+BEYOND_COPY_LEGEND = ("floor MISS^: beyond a copy, a plain streaming kernel moving the point's bytes (the run's copy "
+                      "column, same timing) already exceeds the target")
 
 
 def _mark(target: str, ok: bool, m: Measurement) -> str:

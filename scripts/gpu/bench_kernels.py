@@ -14,12 +14,14 @@ For every op with human candidates (kernels_generated/<op>/*/candidate.json, aut
      the launch floor: what the same timing charges an empty CuTe DSL kernel of 128 CTAs
      (scripts/gpu/launch_floor.py; ~1.1 us on the H200), so "floor+launch" is the least any
      one-kernel implementation can measure here;
-  4. the copy yardstick ("copy"): torch's device copy of min_bytes / 2 bytes (so min_bytes read and
-     written in all: the floor's bytes, by the floor's own copy) timed like the candidates, rotated
-     and interleaved with them: what moving the op's bytes costs in one launch under this timing,
-     with its DRAM latency and ramp. Not a strict bound (a read-mostly op reads where the copy
-     also writes), but where even the copy misses a target, no one-pass kernel is likely to meet
-     it (--no-copy-floor skips it).
+  4. the copy yardstick ("copy"): an elementwise torch kernel on the SMs (torch.neg, fp32) that
+     reads min_bytes / 2 bytes and writes as many (the floor's bytes), timed like the candidates,
+     rotated and interleaved with them: what moving the op's bytes costs one launch of a plain
+     streaming kernel under this timing, DRAM latency and ramp included. Not torch's copy_: under
+     graph capture a same-dtype copy is a memcpy node, which scripts/gpu/copy_yardstick.py measured
+     slower than the SM kernel (results/h200/session21/). Not a strict bound either (a read-mostly
+     op reads where it also writes), but where even it misses a target, a one-pass kernel that
+     streams no faster is unlikely to meet it (--no-copy-floor skips it).
 skinny_gemm also times torch's own bf16 `x @ weight.t()` (cuBLAS), the bar its kernels must beat;
 gemm_situ_and_mul times the pair it replaces, cuBLAS then the promoted situ_and_mul kernel.
 A candidate is only checked and timed at the points of its declared scope (batch range, TP,
@@ -195,12 +197,14 @@ def copy_elems(min_bytes: int) -> int:
 
 
 def copy_impl(min_bytes: int, n_sets: int):
-    """The copy yardstick for one point: fn(set_index) copies that set's own fp32 buffer of
-    copy_elems(min_bytes) elements (n_sets pairs, rotated like the op's inputs)."""
+    """The copy yardstick for one point: fn(set_index) streams that set's own fp32 buffer of
+    copy_elems(min_bytes) elements into another by an SM kernel (torch.neg: torch's vectorized
+    elementwise loop; a plain copy_ would be a memcpy node in the graph), n_sets pairs rotated
+    like the op's inputs."""
     n = copy_elems(min_bytes)
     src = [torch.ones(n, dtype=torch.float32, device="cuda") for _ in range(n_sets)]
     dst = [torch.empty_like(t) for t in src]
-    return lambda i: dst[i].copy_(src[i])
+    return lambda i: torch.neg(src[i], out=dst[i])
 
 
 def rotated_sets(defn, point: Point) -> tuple[list[dict], list[dict]]:
