@@ -353,7 +353,7 @@ def print_table(rec: dict, launch_us: float | None = None) -> None:
     copied = any(med(r.get("times", {}), COPY) is not None for r in rec["rows"])
     print(f"\n== {rec['op']} ==  (us, CUDA-graph replay, median; floor = min_bytes / measured copy bandwidth"
           + (f"; launch = {launch_us:.2f} us, an empty 128-CTA kernel" if launch_us else "")
-          + ("; copy = the device copy of the same bytes, same timing" if copied else "") + ")")
+          + ("; copy = an elementwise SM kernel moving the same bytes, same timing" if copied else "") + ")")
     extra = [h for h, key in (("shape", "shape"), ("state", "state_dtype")) if any(r.get(key) for r in rec["rows"])]
     hdr = (["TP"] + extra + ["B", "eager", "compile"] + ([base] if base else []) + labels
            + ["floor", "best %floor"] + (["floor+launch", "best/(fl+ln)"] if launch_us else [])

@@ -124,7 +124,7 @@ def test_table_adds_the_copy_column_when_timed(bench, capsys):
     bench.print_table(rec, launch_us=1.1)
     lines = capsys.readouterr().out.splitlines()
     cell = dict(zip((h.strip() for h in lines[2].split("|")), (c.strip() for c in lines[3].split("|"))))
-    assert cell["copy"] == "2.40" and cell["best/copy"] == "1.25" and "copy = the device copy" in lines[1]
+    assert cell["copy"] == "2.40" and cell["best/copy"] == "1.25" and "copy = an elementwise SM kernel" in lines[1]
     assert "copy" not in rec["candidates"]                     # a yardstick, not a candidate column twice
     assert lines[2].count("copy") == 2
     del rec["rows"][0]["times"][bench.COPY]
