@@ -26,9 +26,9 @@ charges even an empty kernel its run's `launch_floor_us`, so where floor + launc
 target (moe_router's ~3.2 us floor: 4.16 us target) no kernel can meet it under that timing; such
 misses are marked "floor MISS*", and a run that did not record the launch floor leaves it unknown.
 A miss the launch floor leaves reachable is also held against the copy yardstick of its run
-(bench_kernels.py's "copy" column: an elementwise SM kernel moving the point's bytes, timed alongside):
-where even that copy exceeds the target it is marked "floor MISS^", beyond a copy: reachable in
-principle, not by any kernel that moves its bytes no faster than a device copy does. The
+(bench_kernels.py's "copy" column: an elementwise SM kernel moving the point's bytes, timed in
+the same run): where even that copy exceeds the target it is marked "floor MISS^", beyond a copy:
+reachable in principle, not by any kernel that moves its bytes no faster than that copy does. The
 yardstick is not a strict bound (a read-mostly op reads where the copy also writes).
 
     python scripts/scorecard.py                  # every promoted op, then the per-layer tables

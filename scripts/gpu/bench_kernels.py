@@ -420,7 +420,7 @@ def main() -> None:
     ap.add_argument("--candidates", default="", help="only candidates whose id starts with one of these")
     ap.add_argument("--no-launch-floor", action="store_true", help="skip timing the empty-kernel launch floor")
     ap.add_argument("--no-copy-floor", action="store_true",
-                    help="skip the copy yardstick (a device copy of each point's bytes, timed with the candidates)")
+                    help="skip the copy yardstick (an SM kernel moving each point's bytes, timed after the candidates)")
     ap.add_argument("--step-deadline-s", type=float, default=300.0,
                     help="end the run when one compile + check or one point's timing takes longer (a hung kernel)")
     args = ap.parse_args()
