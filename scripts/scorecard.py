@@ -30,6 +30,9 @@ A miss the launch floor leaves reachable is also held against the copy yardstick
 the same run): where even that copy exceeds the target it is marked "floor MISS^", beyond a copy:
 reachable in principle, not by any kernel that moves its bytes no faster than that copy does. The
 yardstick is not a strict bound (a read-mostly op reads where the copy also writes).
+A point whose run rotated less than 3 x L2 of inputs (bench_kernels.py's "B*": at most 64 copies
+of a small op's bytes) was partly served from L2; its label carries "(L2)" and the floor summary
+says how many of the met points are such.
 
     python scripts/scorecard.py                  # every promoted op, then the per-layer tables
     python scripts/scorecard.py --op kda_decode --json
@@ -47,10 +50,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))                 # reference_impls and harness, also without `pip install -e .`
+
+from harness.toolchain.timing import L2_ROTATION_FACTOR  # noqa: E402
+
 SWEEP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 FLOOR_LIMIT_US = 2.0            # floors at or above this are held to FLOOR_FACTOR x floor ...
 FLOOR_FACTOR = 1.3
 SMALL_CAP_US = 3.0              # ... smaller ones to this cap
+L2_BYTES = 60 * 2**20           # H200, as bench_kernels.py (a rotation below L2_ROTATION_FACTOR x this is partly cached)
 COMPILE_FACTOR = {"moe_router": 2.0, "kda_decode": 1.5, "attn_res": 1.3, "add_rmsnorm": 1.0, "situ_and_mul": 1.0,
                   "gemm_situ_and_mul": 1.0}
 CUBLAS_ALL, CUBLAS_SMALL_M, SMALL_M = 1.0, 1.05, 8
@@ -81,6 +88,7 @@ class Measurement:
     pair_us: float | None = None
     launch_floor_us: float | None = None      # the source run's empty-kernel time; None: not recorded
     copy_us: float | None = None              # the same row's copy yardstick; None: not timed
+    partly_l2: bool | None = None             # the row's rotation < 3 x L2; None: not recorded
     verdicts: dict[str, bool] = field(default_factory=dict)
     target_us: float = field(init=False)      # the floor target's limit on ours
     reachable: bool | None = field(init=False)   # floor + launch <= target; None: launch unknown
@@ -109,6 +117,10 @@ class OpCard:
     def met(self, target: str) -> tuple[int, int]:
         judged = [m.verdicts[target] for m in self.measured if target in m.verdicts]
         return sum(judged), len(judged)
+
+    def met_partly_from_l2(self, target: str = "floor") -> int:
+        """How many of the points that meet `target` were measured partly from L2."""
+        return sum(bool(m.partly_l2) for m in self.measured if m.verdicts.get(target))
 
     def floor_misses(self) -> tuple[int, int, int, int]:
         """The floor target's misses: (unreachable, beyond a copy, reachable, unknown) under the
@@ -181,6 +193,12 @@ def _median(times: dict, column: str | None) -> float | None:
     return float(t["median_us"]) if isinstance(t, dict) and "median_us" in t else None
 
 
+def _partly_l2(row: dict) -> bool | None:
+    """Whether the row's rotated inputs spanned less than 3 x L2 (None: the run did not say)."""
+    rot = row.get("rotation_bytes")
+    return None if not isinstance(rot, (int, float)) else rot < L2_ROTATION_FACTOR * L2_BYTES
+
+
 def _point(row: dict, scope: dict) -> Point:
     """A row's point on the scope's axes: a shape or state dtype the op does not have is dropped
     (session 2's runs wrote state_dtype "fp32" for every op)."""
@@ -243,7 +261,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             pair = next((c for c in times if c.startswith("cublas+situ")), None)
             latest[p] = Measurement(p, ours, float(row["floor_us"]), src, _median(times, "eager"), comp,
                                     "", _median(times, "cublas"), _median(times, pair), launch_us,
-                                    _median(times, "copy"))
+                                    _median(times, "copy"), _partly_l2(row))
     for m in latest.values():
         if m.compile_us is None and m.point in compile_at:
             m.compile_us, m.compile_source = compile_at[m.point]
@@ -340,6 +358,8 @@ def _f(x: float | None, nd: int = 2) -> str:
 UNREACHABLE_LEGEND = (f"floor MISS*: unreachable under this timing, floor+launch (the run's empty-kernel time) "
                       f"already exceeds the target ({FLOOR_FACTOR} x floor, or {SMALL_CAP_US:g} us under a "
                       f"{FLOOR_LIMIT_US:g} us floor)")
+L2_LEGEND = (f"(L2): the run rotated less than {L2_ROTATION_FACTOR:g} x L2 of this point's inputs, so part of each "
+             "call was served from L2 (as decode's activations are; kda's state and the weights are not)")
 BEYOND_COPY_LEGEND = ("floor MISS^: beyond a copy, a plain streaming kernel moving the point's bytes (the run's copy "
                       "column, same timing) already exceeds the target")
 
@@ -355,10 +375,12 @@ def _mark(target: str, ok: bool, m: Measurement) -> str:
 def _floor_misses_note(c: OpCard) -> str:
     unreachable, beyond, reachable, unknown = c.floor_misses()
     missed = unreachable + beyond + reachable + unknown
+    from_l2 = c.met_partly_from_l2()
+    l2 = f"; {from_l2} of the met partly from L2" if from_l2 else ""
     if not missed:
-        return ""
+        return f" ({l2[2:]})" if l2 else ""
     return (f" ({missed} missed: {unreachable} unreachable, {beyond} beyond a copy, {reachable} reachable, "
-            f"{unknown} unknown)")
+            f"{unknown} unknown{l2})")
 
 
 def render(c: OpCard) -> str:
@@ -374,13 +396,15 @@ def render(c: OpCard) -> str:
                 f"{m.compile_us / m.ours_us:.2f}x" + (" (other run)" if m.compile_source else "")
             marks = " ".join(_mark(t, ok, m) for t, ok in m.verdicts.items())
             base = m.cublas_us if m.cublas_us is not None else m.pair_us
-            lines.append(f"| {m.point.label()} | {_f(m.eager_us, 1)} | {_f(m.compile_us)} | {_f(base)} | "
+            lines.append(f"| {m.point.label()}{' (L2)' if m.partly_l2 else ''} | {_f(m.eager_us, 1)} | {_f(m.compile_us)} | {_f(base)} | "
                          f"{_f(m.ours_us)} | {_f(m.floor_us)} | {_f(m.floor_plus_launch_us())} | {_f(m.copy_us)} | "
                          f"{m.ours_us / m.floor_us:.2f} | {vs} | {marks} | {m.source} |")
         if c.floor_misses()[0]:
             lines.append(UNREACHABLE_LEGEND)
         if c.floor_misses()[1]:
             lines.append(BEYOND_COPY_LEGEND)
+        if any(m.partly_l2 for m in c.measured):
+            lines.append(L2_LEGEND)
     summary = [f"{t} met at {a}/{n}" + (_floor_misses_note(c) if t == "floor" else "")
                for t in ("floor", "compile", "cublas", "pair") for a, n in [c.met(t)] if n]
     covered = c.scope_points - len(c.unmeasured)

@@ -170,6 +170,27 @@ def test_a_reachable_miss_beyond_the_copy_is_counted_apart(sc, tmp_path):
     assert "(4 missed: 1 unreachable, 1 beyond a copy, 2 reachable, 0 unknown)" in text
 
 
+def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
+    res = _results(tmp_path, [1, 8])
+    l2_rotation = int(sc.L2_ROTATION_FACTOR * sc.L2_BYTES)
+    rows = [_row(1, 1.5), _row(2, 1.6), _row(4, 3.5), _row(8, 1.7)]
+    rows[0]["rotation_bytes"] = 64 * 100_000           # 64 copies of a small op: partly in L2
+    rows[1]["rotation_bytes"] = l2_rotation            # exactly 3 x L2: rotated past it
+    rows[2]["rotation_bytes"] = 1_000                  # in L2, but a miss: not counted with the met
+    _bench(res / "a.json", rows, launch_floor_us=1.1)  # B=8 carries no rotation_bytes (older runs)
+    [c] = sc.scorecards(tmp_path, res)
+    by = {m.point.batch: m for m in c.measured}
+    assert {b: m.partly_l2 for b, m in by.items()} == {1: True, 2: False, 4: True, 8: None}
+    assert c.met("floor") == (3, 4) and c.met_partly_from_l2() == 1
+    text = sc.render(c)
+    assert "| TP8 B=1 (L2) |" in text and "| TP8 B=4 (L2) |" in text and "| TP8 B=2 |" in text
+    assert sc.L2_LEGEND in text.splitlines()
+    assert "(1 missed: 0 unreachable, 0 beyond a copy, 1 reachable, 0 unknown; 1 of the met partly from L2)" in text
+    _bench(res / "a.json", rows[:2], launch_floor_us=1.1)          # nothing missed: the note stands alone
+    [c] = sc.scorecards(tmp_path, res)
+    assert "floor met at 2/2 (1 of the met partly from L2);" in sc.render(c)
+
+
 def test_committed_results_cover_every_promoted_op(sc):
     cards = sc.scorecards()
     manifest = {e["op"]: e for e in json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())}
