@@ -359,7 +359,8 @@ UNREACHABLE_LEGEND = (f"floor MISS*: unreachable under this timing, floor+launch
                       f"already exceeds the target ({FLOOR_FACTOR} x floor, or {SMALL_CAP_US:g} us under a "
                       f"{FLOOR_LIMIT_US:g} us floor)")
 L2_LEGEND = (f"(L2): the run rotated less than {L2_ROTATION_FACTOR:g} x L2 of this point's inputs, so part of each "
-             "call was served from L2 (as decode's activations are; kda's state and the weights are not)")
+             "call was served from L2 (decode finds the previous sublayer's output there, not kda's state, "
+             "attn_res's blocks or the weights)")
 BEYOND_COPY_LEGEND = ("floor MISS^: beyond a copy, a plain streaming kernel moving the point's bytes (the run's copy "
                       "column, same timing) already exceeds the target")
 
