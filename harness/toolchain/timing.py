@@ -80,6 +80,16 @@ def interleave_order(n_impls: int, rounds: int) -> list[int]:
     return (fwd + fwd[::-1]) * rounds
 
 
+def graph_calls(calls_per_graph: int, n_sets: int) -> int:
+    """Calls captured per graph: at least one per rotated set. A graph cycles through the sets
+    from set 0, so with fewer calls than sets the sets past the last call are never used and the
+    rotation is only calls x the set's bytes (bench_kernels.py asked 50 calls of up to 64 sets
+    until session 21)."""
+    if calls_per_graph < 1 or n_sets < 1:
+        raise ValueError("need calls_per_graph >= 1 and n_sets >= 1")
+    return max(calls_per_graph, n_sets)
+
+
 def roofline_fraction(min_bytes: int, bandwidth_bytes_per_s: float, time_us: float) -> float:
     """(bytes / measured bandwidth) / measured time: 1.0 is the HBM floor; > 1 is suspect."""
     if time_us <= 0 or bandwidth_bytes_per_s <= 0:
@@ -143,10 +153,13 @@ SEPARATOR = "_separator"          # the separator alone, timed with the others, 
 def time_interleaved(impls: dict[str, Callable[[int], None]], n_sets: int, calls_per_graph: int = 100,
                      rounds: int = 10, warmup: int = 3, separate: bool = True) -> dict[str, TimingStats]:
     """Time each implementation `fn(set_index)` by CUDA-graph replay, interleaved A B B A.
-    Each replay runs calls_per_graph calls; a sample is replay time / calls (us per call).
+    Each replay runs graph_calls(calls_per_graph, n_sets) calls (every set at least once); a
+    sample is replay time / calls (us per call).
     With `separate` (the default) every call follows a separator kernel, and the separator's
     median per call, timed alone in the same interleaving, is subtracted from each sample."""
     import torch
+
+    calls_per_graph = graph_calls(calls_per_graph, n_sets)
 
     sep_buf = torch.zeros(1, dtype=torch.int32, device="cuda") if separate else None
     separator = (lambda: sep_buf.add_(1)) if separate else None

@@ -1,8 +1,8 @@
 """The CPU-testable parts of the timing library."""
 import pytest
 
-from harness.toolchain.timing import (SEPARATOR, interleave_order, rotation_copies, roofline_fraction,
-                                     subtract_separator, summarize)
+from harness.toolchain.timing import (SEPARATOR, graph_calls, interleave_order, rotation_copies,
+                                     roofline_fraction, subtract_separator, summarize)
 
 
 def test_interleave_is_abba_and_balanced():
@@ -44,3 +44,11 @@ def test_the_separator_median_is_subtracted_from_every_sample():
     assert set(got) == {"a", "b"}                               # the separator is not a result
     assert got["a"].median_us == pytest.approx(5.0 - 2.1) and got["a"].min_us == pytest.approx(4.0 - 2.1)
     assert got["b"].median_us == pytest.approx(2.5 - 2.1) and got["b"].n_samples == 1
+
+
+def test_a_graph_uses_every_rotated_set():
+    assert graph_calls(50, 64) == 64          # 50 calls would leave sets 50..63 unused
+    assert graph_calls(100, 64) == 100        # the perf gate's 100 calls already cover 64 sets
+    assert graph_calls(50, 2) == 50
+    with pytest.raises(ValueError):
+        graph_calls(0, 4)
