@@ -220,11 +220,18 @@ def copy_yardstick_time(min_bytes: int, n_sets: int, rounds: int) -> dict:
         return {"error": err_text(exc)}
 
 
-def rotated_sets(defn, point: Point) -> tuple[list[dict], list[dict]]:
+def rotation_count(min_bytes: int, max_copies: int = timing.MAX_COPIES) -> int:
+    """Input sets to rotate at a point: enough for 3 x L2 (timing.rotation_copies), at most
+    max_copies. The default cap (64) leaves the small ops' points partly in L2 (the tables' B*);
+    --max-copies 4096 rotates every point of add_rmsnorm (B=1: 2,634 sets), attn_res (1,881) and
+    kda_decode (418) past it, not situ_and_mul's (2-150 KB a point: up to 81,920 sets)."""
+    return timing.rotation_copies(min_bytes, L2_BYTES, max_copies=max_copies)
+
+
+def rotated_sets(defn, point: Point, max_copies: int = timing.MAX_COPIES) -> tuple[list[dict], list[dict]]:
     gen = torch.Generator().manual_seed(1234)
     base = defn.make_inputs(point, gen, "cuda")
-    per_set = defn.min_bytes(point)
-    n = timing.rotation_copies(per_set, L2_BYTES)
+    n = rotation_count(defn.min_bytes(point), max_copies)
     sets = [base] + [{k: v.clone() for k, v in base.items()} for _ in range(n - 1)]
     outs = [defn.alloc_outputs(point, "cuda") for _ in range(n)]
     return sets, outs
@@ -252,10 +259,11 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
 
 def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bool,
              rounds: int, only: tuple[str, ...] = (), dog: StepWatchdog | None = None,
-             on_row=lambda rec: None, copy_floor: bool = True) -> dict:
+             on_row=lambda rec: None, copy_floor: bool = True, max_copies: int = timing.MAX_COPIES) -> dict:
     """One op's table; `dog` (if given) times every compile + check and every point's timing (the
     caller disarms it), `on_row(rec)` runs after each point (the caller writes its JSON there);
-    `copy_floor` adds the copy yardstick (COPY) to every point's timing."""
+    `copy_floor` adds the copy yardstick (COPY) to every point's timing; `max_copies` caps the
+    rotated input sets (rotation_count)."""
     step = dog.step if dog is not None else (lambda what: None)
     defn = reference_impls.get(op)
     cands = human_candidates(op, only)
@@ -288,7 +296,7 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
                      "min_bytes": defn.min_bytes(point)}
         row["floor_us"] = row["min_bytes"] / bw * 1e6
         impls: dict = {}
-        sets, outs = rotated_sets(defn, point)
+        sets, outs = rotated_sets(defn, point, max_copies)
         row["rotation_bytes"] = len(sets) * row["min_bytes"]
         impls["eager"] = lambda i, s=sets: defn.reference(**s[i])
         if compiled_ref is not None:
@@ -421,6 +429,9 @@ def main() -> None:
     ap.add_argument("--no-launch-floor", action="store_true", help="skip timing the empty-kernel launch floor")
     ap.add_argument("--no-copy-floor", action="store_true",
                     help="skip the copy yardstick (an SM kernel moving each point's bytes, timed after the candidates)")
+    ap.add_argument("--max-copies", type=int, default=timing.MAX_COPIES,
+                    help=f"most input sets rotated at a point (default {timing.MAX_COPIES}: small ops stay partly "
+                         "in L2, the tables' B*; 4096 rotates add_rmsnorm, attn_res and kda past 3 x L2)")
     ap.add_argument("--step-deadline-s", type=float, default=300.0,
                     help="end the run when one compile + check or one point's timing takes longer (a hung kernel)")
     args = ap.parse_args()
@@ -459,7 +470,8 @@ def main() -> None:
                 out_file.write_text(json.dumps(result, indent=1, default=str))
 
             rec = bench_op(op, points, arch, bw, not args.no_compile_baseline, args.rounds, only,
-                           dog=dog, on_row=partial, copy_floor=not args.no_copy_floor)
+                           dog=dog, on_row=partial, copy_floor=not args.no_copy_floor,
+                           max_copies=args.max_copies)
         except Exception as exc:  # noqa: BLE001
             rec = {"op": op, "error": err_text(exc), "candidates": {}, "rows": []}
             print(f"\n== {op} ==  FAILED: {rec['error']}")

@@ -132,6 +132,20 @@ def test_table_adds_the_copy_column_when_timed(bench, capsys):
     assert "best/copy" not in capsys.readouterr().out
 
 
+def test_max_copies_rotates_the_small_ops_past_l2(bench):
+    """--max-copies 4096 covers every point of add_rmsnorm, attn_res and kda_decode (3 x L2 of
+    inputs), where the default 64 copies leave their small points partly in L2."""
+    l2_rotation = bench.timing.L2_ROTATION_FACTOR * bench.L2_BYTES
+    for op in ("add_rmsnorm", "attn_res", "kda_decode"):
+        defn = reference_impls.get(op)
+        for point in bench.op_points(defn, [1, 2, 4, 8, 16, 32, 64], [8, 16], ["all"], ["fp32", "bf16"]):
+            mb = defn.min_bytes(point)
+            assert bench.rotation_count(mb, 4096) * mb >= l2_rotation, (op, point)
+            assert bench.rotation_count(mb) <= bench.timing.MAX_COPIES
+    small = reference_impls.get("add_rmsnorm").min_bytes(Point(batch=1, tp=8))
+    assert bench.rotation_count(small) * small < l2_rotation           # the default: B* at B=1
+
+
 def test_table_marks_points_whose_rotation_stays_in_l2(bench, capsys):
     row = lambda b, rot: {"tp": 8, "batch": b, "floor_us": 0.1, "rotation_bytes": rot,          # noqa: E731
                           "times": {"eager": {"median_us": 20.0}, "compile": {"median_us": 2.5},
