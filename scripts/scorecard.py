@@ -51,13 +51,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))                 # reference_impls and harness, also without `pip install -e .`
 
+from harness.hardware import gpu  # noqa: E402
 from harness.toolchain.timing import L2_ROTATION_FACTOR  # noqa: E402
 
 SWEEP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 FLOOR_LIMIT_US = 2.0            # floors at or above this are held to FLOOR_FACTOR x floor ...
 FLOOR_FACTOR = 1.3
 SMALL_CAP_US = 3.0              # ... smaller ones to this cap
-L2_BYTES = 60 * 2**20           # H200, as bench_kernels.py (a rotation below L2_ROTATION_FACTOR x this is partly cached)
+L2_BYTES = gpu("h200").l2_bytes  # the committed runs' GPU (a rotation below L2_ROTATION_FACTOR x this is partly cached)
 COMPILE_FACTOR = {"moe_router": 2.0, "kda_decode": 1.5, "attn_res": 1.3, "add_rmsnorm": 1.0, "situ_and_mul": 1.0,
                   "gemm_situ_and_mul": 1.0}
 CUBLAS_ALL, CUBLAS_SMALL_M, SMALL_M = 1.0, 1.05, 8
@@ -400,9 +401,10 @@ def render(c: OpCard) -> str:
             lines.append(f"| {m.point.label()}{' (L2)' if m.partly_l2 else ''} | {_f(m.eager_us, 1)} | {_f(m.compile_us)} | {_f(base)} | "
                          f"{_f(m.ours_us)} | {_f(m.floor_us)} | {_f(m.floor_plus_launch_us())} | {_f(m.copy_us)} | "
                          f"{m.ours_us / m.floor_us:.2f} | {vs} | {marks} | {m.source} |")
-        if c.floor_misses()[0]:
+        unreachable, beyond, *_ = c.floor_misses()
+        if unreachable:
             lines.append(UNREACHABLE_LEGEND)
-        if c.floor_misses()[1]:
+        if beyond:
             lines.append(BEYOND_COPY_LEGEND)
         if any(m.partly_l2 for m in c.measured):
             lines.append(L2_LEGEND)

@@ -197,14 +197,19 @@ def copy_elems(min_bytes: int) -> int:
     return max(1, min_bytes // 8)
 
 
-def copy_impl(min_bytes: int, n_sets: int):
-    """The copy yardstick for one point: fn(set_index) streams that set's own fp32 buffer of
-    copy_elems(min_bytes) elements into another by an SM kernel (torch.neg: torch's vectorized
-    elementwise loop; a plain copy_ would be a memcpy node in the graph), n_sets pairs rotated
-    like the op's inputs."""
+def copy_buffers(min_bytes: int, n_sets: int) -> tuple[list, list]:
+    """n_sets (source, destination) pairs of copy_elems(min_bytes) fp32 elements, rotated like
+    the op's inputs."""
     n = copy_elems(min_bytes)
     src = [torch.ones(n, dtype=torch.float32, device="cuda") for _ in range(n_sets)]
-    dst = [torch.empty_like(t) for t in src]
+    return src, [torch.empty_like(t) for t in src]
+
+
+def copy_impl(min_bytes: int, n_sets: int):
+    """The copy yardstick for one point: fn(set_index) streams that set's source into its
+    destination by an SM kernel (torch.neg: torch's vectorized elementwise loop; a plain copy_
+    would be a memcpy node in the graph)."""
+    src, dst = copy_buffers(min_bytes, n_sets)
     return lambda i: torch.neg(src[i], out=dst[i])
 
 
@@ -386,6 +391,7 @@ def print_table(rec: dict, launch_us: float | None = None) -> None:
     for row in rec["rows"]:
         t = row["times"]
         ours = [med(t, lb) for lb in labels]
+        copy = med(t, COPY)
         ok = [o for o in ours if o is not None]
         best = min(ok) if ok else None
         comp = med(t, "compile")
@@ -397,7 +403,7 @@ def print_table(rec: dict, launch_us: float | None = None) -> None:
                  + [row["floor_us"], (100 * row["floor_us"] / best) if best else None]
                  + ([row["floor_us"] + launch_us, (best / (row["floor_us"] + launch_us)) if best else None]
                     if launch_us else [])
-                 + ([med(t, COPY), (best / med(t, COPY)) if best and med(t, COPY) else None] if copied else [])
+                 + ([copy, (best / copy) if best and copy else None] if copied else [])
                  + [(comp / best) if best and comp else None] + ([(bl / best) if best and bl else None] if base else []))
         print(" | ".join(f"{c:>14.2f}" if isinstance(c, float) else f"{str(c if c is not None else '-'):>14}"
                          for c in cells))

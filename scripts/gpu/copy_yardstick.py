@@ -18,10 +18,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
+
+import bench_kernels as bk  # noqa: E402
 from harness.toolchain import timing  # noqa: E402
 
 MOVED_BYTES = (100_000, 1_000_000, 4_000_000, 16_000_000, 64_000_000, 128_000_000)
-L2_BYTES = 60 * 2**20          # H200, as bench_kernels.py rotates past it
 
 
 def main() -> None:
@@ -33,10 +35,9 @@ def main() -> None:
     rows = []
     print(f"{'moved MB':>9} | {'memcpy us':>9} | {'SM us':>9} | {'memcpy TB/s':>11} | {'SM TB/s':>8}")
     for moved in MOVED_BYTES:
-        n = max(1, moved // 8)
-        sets = timing.rotation_copies(8 * n, L2_BYTES)
-        src = [torch.ones(n, dtype=torch.float32, device="cuda") for _ in range(sets)]
-        dst = [torch.empty_like(t) for t in src]
+        n = bk.copy_elems(moved)
+        sets = bk.rotation_count(8 * n)
+        src, dst = bk.copy_buffers(moved, sets)
         stats = timing.time_interleaved({"memcpy": lambda i: dst[i].copy_(src[i]),
                                          "sm": lambda i: torch.neg(src[i], out=dst[i])},
                                         sets, calls_per_graph=50, rounds=a.rounds)
