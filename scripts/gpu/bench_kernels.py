@@ -264,11 +264,14 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
 
 def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bool,
              rounds: int, only: tuple[str, ...] = (), dog: StepWatchdog | None = None,
-             on_row=lambda rec: None, copy_floor: bool = True, max_copies: int = timing.MAX_COPIES) -> dict:
+             on_row=lambda rec: None, copy_floor: bool = True, max_copies: int = timing.MAX_COPIES,
+             use_eager: bool = True) -> dict:
     """One op's table; `dog` (if given) times every compile + check and every point's timing (the
     caller disarms it), `on_row(rec)` runs after each point (the caller writes its JSON there);
     `copy_floor` adds the copy yardstick (COPY) to every point's timing; `max_copies` caps the
-    rotated input sets (rotation_count)."""
+    rotated input sets (rotation_count); `use_eager` times the eager reference (a graph captures
+    at least one call per set, so at 4096 sets its tens of kernels a call make capture and replay
+    the run's longest part: a cold run skips it)."""
     step = dog.step if dog is not None else (lambda what: None)
     defn = reference_impls.get(op)
     cands = human_candidates(op, only)
@@ -303,7 +306,8 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
         impls: dict = {}
         sets, outs = rotated_sets(defn, point, max_copies)
         row["rotation_bytes"] = len(sets) * row["min_bytes"]
-        impls["eager"] = lambda i, s=sets: defn.reference(**s[i])
+        if use_eager:
+            impls["eager"] = lambda i, s=sets: defn.reference(**s[i])
         if compiled_ref is not None:
             impls["compile"] = lambda i, s=sets: compiled_ref(**s[i])
         if copy_floor:
@@ -438,6 +442,8 @@ def main() -> None:
     ap.add_argument("--max-copies", type=int, default=timing.MAX_COPIES,
                     help=f"most input sets rotated at a point (default {timing.MAX_COPIES}: small ops stay partly "
                          "in L2, the tables' B*; 4096 rotates add_rmsnorm, attn_res and kda past 3 x L2)")
+    ap.add_argument("--no-eager", action="store_true",
+                    help="skip timing the eager reference (with --max-copies 4096 it dominates the run)")
     ap.add_argument("--step-deadline-s", type=float, default=300.0,
                     help="end the run when one compile + check or one point's timing takes longer (a hung kernel)")
     args = ap.parse_args()
@@ -451,7 +457,7 @@ def main() -> None:
     out_file = out_dir / f"bench_kernels_{'-'.join(o for o in args.ops.split(',') if o)}.json"
     bw = timing.measure_bandwidth()
     result = {"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__,
-              "bandwidth_bytes_per_s": bw, "ops": {}}
+              "bandwidth_bytes_per_s": bw, "max_copies": args.max_copies, "eager": not args.no_eager, "ops": {}}
     print(f"device {result['device']} ({arch}), copy bandwidth {bw / 1e12:.2f} TB/s")
     launch_us = None
     if not args.no_launch_floor:
@@ -477,7 +483,7 @@ def main() -> None:
 
             rec = bench_op(op, points, arch, bw, not args.no_compile_baseline, args.rounds, only,
                            dog=dog, on_row=partial, copy_floor=not args.no_copy_floor,
-                           max_copies=args.max_copies)
+                           max_copies=args.max_copies, use_eager=not args.no_eager)
         except Exception as exc:  # noqa: BLE001
             rec = {"op": op, "error": err_text(exc), "candidates": {}, "rows": []}
             print(f"\n== {op} ==  FAILED: {rec['error']}")
