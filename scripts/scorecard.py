@@ -11,7 +11,8 @@ study that did not, whatever their order), and judges the issue's targets there:
   compile  ours at least FACTOR x faster than torch.compile of the reference (moe_router 2,
            kda_decode 1.5, attn_res 1.3, add_rmsnorm and situ_and_mul 1: never slower); the
            compile time comes from the same row when that run measured it, else from the latest
-           run that did at the point (marked "other run")
+           run that did at the point (marked "other run"); the eager column likewise (a cold run,
+           bench_kernels.py --no-eager, leaves it to the warm run before it)
   cublas   skinny_gemm only: never slower than cuBLAS, and >= 1.05x faster at M = 1..8
   pair     gemm_situ_and_mul only: faster than the pair it replaces (cuBLAS gate_up, then the
            promoted situ_and_mul: bench_kernels.py's "cublas+situ" column), the issue's "fused
@@ -85,6 +86,7 @@ class Measurement:
     eager_us: float | None = None
     compile_us: float | None = None
     compile_source: str = ""                  # "" when from the same row
+    eager_source: str = ""                    # "" when from the same row
     cublas_us: float | None = None
     pair_us: float | None = None
     launch_floor_us: float | None = None      # the source run's empty-kernel time; None: not recorded
@@ -239,6 +241,7 @@ def scope_points(scope: dict) -> list[Point]:
 def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], root: Path) -> OpCard:
     latest: dict[Point, Measurement] = {}
     compile_at: dict[Point, tuple[float, str]] = {}
+    eager_at: dict[Point, tuple[float, str]] = {}
     in_scope = scope_points(scope)
     runs: dict[str, tuple[set[str], set[str]]] = {}    # file -> (works measured, of them with compile)
     for path, data in files:                                   # oldest first: later files overwrite
@@ -252,6 +255,8 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             comp = _median(times, "compile")
             if comp is not None:
                 compile_at[p] = (comp, src)
+            if (eager := _median(times, "eager")) is not None:
+                eager_at[p] = (eager, src)
             ours = _median(times, col)
             if ours is None:
                 continue
@@ -260,12 +265,15 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             if comp is not None:
                 with_compile.add(_work(op, p))
             pair = next((c for c in times if c.startswith("cublas+situ")), None)
-            latest[p] = Measurement(p, ours, float(row["floor_us"]), src, _median(times, "eager"), comp,
-                                    "", _median(times, "cublas"), _median(times, pair), launch_us,
-                                    _median(times, "copy"), _partly_l2(row))
+            latest[p] = Measurement(p, ours, float(row["floor_us"]), src, eager_us=_median(times, "eager"),
+                                    compile_us=comp, cublas_us=_median(times, "cublas"),
+                                    pair_us=_median(times, pair), launch_floor_us=launch_us,
+                                    copy_us=_median(times, "copy"), partly_l2=_partly_l2(row))
     for m in latest.values():
         if m.compile_us is None and m.point in compile_at:
             m.compile_us, m.compile_source = compile_at[m.point]
+        if m.eager_us is None and m.point in eager_at:
+            m.eager_us, m.eager_source = eager_at[m.point]
         m.verdicts = judge(op, m)
     measured = [latest[p] for p in sorted(latest)]
     done = {_work(op, p) for p in latest}
@@ -398,7 +406,8 @@ def render(c: OpCard) -> str:
                 f"{m.compile_us / m.ours_us:.2f}x" + (" (other run)" if m.compile_source else "")
             marks = " ".join(_mark(t, ok, m) for t, ok in m.verdicts.items())
             base = m.cublas_us if m.cublas_us is not None else m.pair_us
-            lines.append(f"| {m.point.label()}{' (L2)' if m.partly_l2 else ''} | {_f(m.eager_us, 1)} | {_f(m.compile_us)} | {_f(base)} | "
+            eager = _f(m.eager_us, 1) + (" (other run)" if m.eager_source else "")
+            lines.append(f"| {m.point.label()}{' (L2)' if m.partly_l2 else ''} | {eager} | {_f(m.compile_us)} | {_f(base)} | "
                          f"{_f(m.ours_us)} | {_f(m.floor_us)} | {_f(m.floor_plus_launch_us())} | {_f(m.copy_us)} | "
                          f"{m.ours_us / m.floor_us:.2f} | {vs} | {marks} | {m.source} |")
         unreachable, beyond, *_ = c.floor_misses()

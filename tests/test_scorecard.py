@@ -95,7 +95,9 @@ def _results(tmp_path: Path, batch: list[int]) -> Path:
 def test_latest_run_wins_and_gaps_are_listed(sc, tmp_path):
     res = _results(tmp_path, [1, 4])
     _bench(res / "a_old.json.xz", [_row(1, 2.0, compile_us=1.5, state_dtype="fp32"), _row(2, 1.2, compile_us=1.3)])
-    _bench(res / "b_new.json", [_row(1, 1.1)])                       # newer (path order: no git here)
+    cold = _row(1, 1.1)
+    del cold["times"]["eager"]                                       # a cold run: bench_kernels.py --no-eager
+    _bench(res / "b_new.json", [cold])                               # newer (path order: no git here)
     _bench(res / "c_other.json", [_row(4, 0.9)], cand_id="ffffffffffff")   # another candidate: ignored
     (res / "not_a_bench.json").write_text('{"schema": 1}')
     [c] = sc.scorecards(tmp_path, res)
@@ -103,11 +105,15 @@ def test_latest_run_wins_and_gaps_are_listed(sc, tmp_path):
     assert set(by_batch) == {1, 2}                                   # "fp32" dropped: the op has no state dtype
     assert by_batch[1].ours_us == 1.1 and by_batch[1].source.endswith("b_new.json")
     assert by_batch[1].compile_us == 1.5 and by_batch[1].compile_source.endswith("a_old.json.xz")
+    assert by_batch[1].eager_us == 15.0 and by_batch[1].eager_source.endswith("a_old.json.xz")
+    assert not by_batch[2].eager_source
     assert by_batch[1].verdicts == {"floor": True, "compile": True}
     assert not by_batch[2].compile_source and by_batch[2].verdicts["compile"]
     assert [p.batch for p in c.unmeasured] == [4] and c.scope_points == 3
     assert c.best_run.endswith("a_old.json.xz") and (c.best_run_points, c.best_run_compile_points) == (2, 2)
     assert c.met("floor") == (2, 2)
+    line = next(x for x in sc.render(c).splitlines() if x.startswith("| TP8 B=1 |"))
+    assert "| 15.0 (other run) | 1.50 |" in line and "1.36x (other run)" in line
 
 
 def test_floor_misses_split_by_reachability(sc, tmp_path):
