@@ -54,6 +54,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--nb", type=int, default=4, help="attn_res block count (shape nbN)")
     ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--max-copies", type=int, default=timing.MAX_COPIES,
+                    help="most input sets rotated (bench_kernels.py's --max-copies: 4096 rotates past 3 x L2)")
     args = ap.parse_args()
     os.environ.setdefault("CUTE_DSL_ARCH", bk.arch_of_device())
     out_dir = Path(os.environ.get("OUT", "."))
@@ -61,12 +63,13 @@ def main() -> None:
     ar_def, rt_def = reference_impls.get("attn_res"), reference_impls.get("moe_router")
     ar_id, ar_mod = candidate("attn_res", args.attn or promoted_id("attn_res"))
     routers = [candidate("moe_router", p) for p in (args.routers.split(",") if args.routers else [promoted_id("moe_router")])]
-    result: dict = {"device": torch.cuda.get_device_name(), "attn_res": ar_id, "nb": args.nb, "rows": []}
+    result: dict = {"device": torch.cuda.get_device_name(), "attn_res": ar_id, "nb": args.nb,
+                    "max_copies": args.max_copies, "rows": []}
     rt_ref = torch.compile(rt_def.reference)
     for b in [int(x) for x in args.batches.split(",")]:
         ap_, rp = Point(batch=b, tp=8, shape=f"nb{args.nb}"), Point(batch=b, tp=8)
-        ar_sets, ar_outs = bk.rotated_sets(ar_def, ap_)
-        rt_sets, rt_outs = bk.rotated_sets(rt_def, rp)
+        ar_sets, ar_outs = bk.rotated_sets(ar_def, ap_, args.max_copies)
+        rt_sets, rt_outs = bk.rotated_sets(rt_def, rp, args.max_copies)
         n = min(len(ar_sets), len(rt_sets))
         ar_k = ar_mod.compile(8, "--enable-tvm-ffi", **bk.static_for(ar_def, ap_))
 

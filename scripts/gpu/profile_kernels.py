@@ -40,7 +40,8 @@ REPLAYS = 5
 def kernel_times(fn, n_sets: int) -> dict[str, dict[str, float]]:
     from torch.profiler import ProfilerActivity, profile
 
-    g = timing.capture_graph(fn, n_sets, CALLS)
+    calls = timing.graph_calls(CALLS, n_sets)          # every rotated set at least once
+    g = timing.capture_graph(fn, n_sets, calls)
     g.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -53,7 +54,7 @@ def kernel_times(fn, n_sets: int) -> dict[str, dict[str, float]]:
         if ev.device_type == torch.autograd.DeviceType.CUDA and ev.name and "Memcpy" not in ev.name:
             per[ev.name].append(ev.device_time if hasattr(ev, "device_time") else ev.cuda_time)
             spans.append((ev.time_range.start, ev.time_range.end, ev.name))
-    n_calls = CALLS * REPLAYS
+    n_calls = calls * REPLAYS
     tails = timeline_tails(spans)
     return {name[:90]: {"us_per_call": sum(v) / n_calls, "launches_per_call": len(v) / n_calls,
                         "mean_us": sum(v) / len(v), **tails.get(name, {})} for name, v in per.items()}
@@ -84,12 +85,14 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--no-compile-baseline", action="store_true")
     ap.add_argument("--candidates", default="", help="only candidates whose id starts with one of these")
+    ap.add_argument("--max-copies", type=int, default=timing.MAX_COPIES,
+                    help="most input sets rotated (bench_kernels.py's --max-copies: 4096 rotates past 3 x L2)")
     args = ap.parse_args()
     only = tuple(c for c in args.candidates.split(",") if c)
     os.environ.setdefault("CUTE_DSL_ARCH", bk.arch_of_device())
     out_dir = Path(os.environ.get("OUT", "."))
     out_dir.mkdir(parents=True, exist_ok=True)
-    result: dict = {"device": torch.cuda.get_device_name(), "calls": CALLS, "replays": REPLAYS, "ops": {}}
+    result: dict = {"device": torch.cuda.get_device_name(), "calls_min": CALLS, "replays": REPLAYS, "ops": {}}
     for op in args.ops.split(","):
         defn = reference_impls.get(op)
         rec: dict = {}
@@ -103,7 +106,7 @@ def main() -> None:
                 rec[c["label"]] = {"error": bk.err_text(exc)}
         for b in [int(x) for x in args.batches.split(",")]:
             point = Point(batch=b, tp=8)
-            sets, outs = bk.rotated_sets(defn, point)
+            sets, outs = bk.rotated_sets(defn, point, args.max_copies)
             impls = {}
             if compiled_ref is not None:
                 impls["compile"] = lambda i, s=sets: compiled_ref(**s[i])
