@@ -31,8 +31,8 @@ A miss the launch floor leaves reachable is also held against the copy yardstick
 the same run): where even that copy exceeds the target it is marked "floor MISS^", beyond a copy:
 reachable in principle, not by any kernel that moves its bytes no faster than that copy does. The
 yardstick is not a strict bound (a read-mostly op reads where the copy also writes).
-A point whose run rotated less than 3 x L2 of inputs (bench_kernels.py's "B*": at most 64 copies
-of a small op's bytes) was partly served from L2; its label carries "(L2)" and the floor summary
+A point whose run rotated less than 3 x L2 of inputs (bench_kernels.py's "B*": its --max-copies,
+64 by default, capped a small op's copies) was partly served from L2; its label carries "(L2)" and the floor summary
 says how many of the met points are such.
 
     python scripts/scorecard.py                  # every promoted op, then the per-layer tables
@@ -53,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))                 # reference_impls and harness, also without `pip install -e .`
 
 from harness.hardware import gpu  # noqa: E402
-from harness.toolchain.timing import L2_ROTATION_FACTOR  # noqa: E402
+from harness.toolchain.timing import L2_ROTATION_FACTOR, partly_in_l2  # noqa: E402
 
 SWEEP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 FLOOR_LIMIT_US = 2.0            # floors at or above this are held to FLOOR_FACTOR x floor ...
@@ -199,7 +199,7 @@ def _median(times: dict, column: str | None) -> float | None:
 def _partly_l2(row: dict) -> bool | None:
     """Whether the row's rotated inputs spanned less than 3 x L2 (None: the run did not say)."""
     rot = row.get("rotation_bytes")
-    return None if not isinstance(rot, (int, float)) else rot < L2_ROTATION_FACTOR * L2_BYTES
+    return None if not isinstance(rot, (int, float)) else partly_in_l2(rot, L2_BYTES)
 
 
 def _point(row: dict, scope: dict) -> Point:

@@ -71,6 +71,12 @@ def rotation_copies(bytes_per_set: int, l2_bytes: int, factor: float = L2_ROTATI
     return max(2, min(max_copies, math.ceil(factor * l2_bytes / bytes_per_set)))
 
 
+def partly_in_l2(rotation_bytes: float, l2_bytes: int, factor: float = L2_ROTATION_FACTOR) -> bool:
+    """Whether a rotation of rotation_bytes (sets x a set's bytes) stays short of factor x L2, so
+    part of each call is served from L2 (bench_kernels.py's B*, the scorecard's "(L2)")."""
+    return rotation_bytes < factor * l2_bytes
+
+
 def interleave_order(n_impls: int, rounds: int) -> list[int]:
     """A B B A ...: each round runs the implementations forward then backward, so every
     implementation has the same mean position in time. n_impls=2, rounds=1 -> [0, 1, 1, 0]."""

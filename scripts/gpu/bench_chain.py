@@ -54,8 +54,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--nb", type=int, default=4, help="attn_res block count (shape nbN)")
     ap.add_argument("--rounds", type=int, default=10)
-    ap.add_argument("--max-copies", type=int, default=timing.MAX_COPIES,
-                    help="most input sets rotated (bench_kernels.py's --max-copies: 4096 rotates past 3 x L2)")
+    bk.add_max_copies_arg(ap)
     args = ap.parse_args()
     os.environ.setdefault("CUTE_DSL_ARCH", bk.arch_of_device())
     out_dir = Path(os.environ.get("OUT", "."))
@@ -86,7 +85,7 @@ def main() -> None:
         for f in impls.values():
             f(0)
         torch.cuda.synchronize()
-        stats = timing.time_interleaved(impls, n, calls_per_graph=50, rounds=args.rounds)
+        stats = timing.time_interleaved(impls, n, calls_per_graph=bk.CALLS_PER_GRAPH, rounds=args.rounds)
         alone = stats[alone_name].median_us
         row = {"batch": b, "us": {k: s.median_us for k, s in stats.items()}}
         result["rows"].append(row)

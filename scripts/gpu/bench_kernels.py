@@ -61,6 +61,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_watchdog import StepWatchdog  # noqa: E402
 
 L2_BYTES = gpu("h200").l2_bytes   # the lent GPU's L2 (the rotation and the tables' B* are sized by it)
+CALLS_PER_GRAPH = 50               # calls a timing graph captures at least (timing.graph_calls: one per set)
+
+
+def add_max_copies_arg(ap: argparse.ArgumentParser) -> None:
+    """--max-copies, for every GPU script that rotates inputs with rotated_sets."""
+    ap.add_argument("--max-copies", type=int, default=timing.MAX_COPIES,
+                    help=f"most input sets rotated at a point (default {timing.MAX_COPIES}: small ops stay partly "
+                         "in L2, the tables' B*; 4096 rotates add_rmsnorm, attn_res and kda past 3 x L2)")
 
 
 def arch_of_device() -> str:
@@ -221,7 +229,7 @@ def copy_yardstick_time(min_bytes: int, n_sets: int, rounds: int) -> dict:
     did: kda TP8 B=1 bf16 3.11 us against 2.81 without it, same kernel, same session
     (results/h200/session21/)."""
     try:
-        return timing.time_interleaved({COPY: copy_impl(min_bytes, n_sets)}, n_sets, 50, rounds)[COPY].as_dict()
+        return timing.time_interleaved({COPY: copy_impl(min_bytes, n_sets)}, n_sets, CALLS_PER_GRAPH, rounds)[COPY].as_dict()
     except Exception as exc:  # noqa: BLE001 - a yardstick failure must not cost the point
         return {"error": err_text(exc)}
 
@@ -350,12 +358,12 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
                     times[name] = {"error": err_text(exc)}
             good = {n: f for n, f in impls.items() if n not in times}
             try:
-                stats = timing.time_interleaved(good, len(sets), calls_per_graph=50, rounds=rounds)
+                stats = timing.time_interleaved(good, len(sets), calls_per_graph=CALLS_PER_GRAPH, rounds=rounds)
                 times.update({n: s.as_dict() for n, s in stats.items()})
             except Exception as exc:  # noqa: BLE001 - fall back to one graph per impl
                 for n, f in good.items():
                     try:
-                        times[n] = timing.time_interleaved({n: f}, len(sets), 50, rounds).get(n).as_dict()
+                        times[n] = timing.time_interleaved({n: f}, len(sets), CALLS_PER_GRAPH, rounds).get(n).as_dict()
                     except Exception as exc2:  # noqa: BLE001
                         times[n] = {"error": err_text(exc2)}
                 times["_interleave_error"] = err_text(exc)
@@ -401,7 +409,7 @@ def print_table(rec: dict, launch_us: float | None = None) -> None:
         best = min(ok) if ok else None
         comp = med(t, "compile")
         bl = med(t, base) if base else None
-        partly_l2 = row.get("rotation_bytes", math.inf) < L2_BYTES * timing.L2_ROTATION_FACTOR
+        partly_l2 = timing.partly_in_l2(row.get("rotation_bytes", math.inf), L2_BYTES)
         in_l2 = in_l2 or partly_l2
         cells = ([row["tp"]] + [row.get("shape" if h == "shape" else "state_dtype") for h in extra]
                  + [f"{row['batch']}*" if partly_l2 else row["batch"], med(t, "eager"), comp] + ([bl] if base else []) + ours
@@ -413,7 +421,7 @@ def print_table(rec: dict, launch_us: float | None = None) -> None:
         print(" | ".join(f"{c:>14.2f}" if isinstance(c, float) else f"{str(c if c is not None else '-'):>14}"
                          for c in cells))
     if in_l2:
-        print(f"  B*: the rotated inputs ({timing.MAX_COPIES} copies at most) span less than "
+        print(f"  B*: the rotated inputs (--max-copies at most) span less than "
               f"{timing.L2_ROTATION_FACTOR:g} x L2, so part of each call is served from L2 (as decode's activations are)")
     for lb, info in rec["candidates"].items():
         bad = {p: c["summary"] for p, c in info["check"].items() if not c["ok"]}
@@ -440,9 +448,7 @@ def main() -> None:
     ap.add_argument("--no-launch-floor", action="store_true", help="skip timing the empty-kernel launch floor")
     ap.add_argument("--no-copy-floor", action="store_true",
                     help="skip the copy yardstick (an SM kernel moving each point's bytes, timed after the candidates)")
-    ap.add_argument("--max-copies", type=int, default=timing.MAX_COPIES,
-                    help=f"most input sets rotated at a point (default {timing.MAX_COPIES}: small ops stay partly "
-                         "in L2, the tables' B*; 4096 rotates add_rmsnorm, attn_res and kda past 3 x L2)")
+    add_max_copies_arg(ap)
     ap.add_argument("--no-eager", action="store_true",
                     help="skip timing the eager reference (with --max-copies 4096 it dominates the run)")
     ap.add_argument("--step-deadline-s", type=float, default=300.0,

@@ -40,7 +40,7 @@ def main() -> None:
         src, dst = bk.copy_buffers(moved, sets)
         stats = timing.time_interleaved({"memcpy": lambda i: dst[i].copy_(src[i]),
                                          "sm": lambda i: torch.neg(src[i], out=dst[i])},
-                                        sets, calls_per_graph=50, rounds=a.rounds)
+                                        sets, calls_per_graph=bk.CALLS_PER_GRAPH, rounds=a.rounds)
         mc, sm = stats["memcpy"].median_us, stats["sm"].median_us
         rows.append({"moved_bytes": 8 * n, "memcpy_us": mc, "sm_us": sm, "sets": sets})
         print(f"{8 * n / 1e6:>9.1f} | {mc:>9.2f} | {sm:>9.2f} | {8 * n / mc / 1e6:>11.2f} | {8 * n / sm / 1e6:>8.2f}")

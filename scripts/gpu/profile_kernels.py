@@ -85,8 +85,7 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--no-compile-baseline", action="store_true")
     ap.add_argument("--candidates", default="", help="only candidates whose id starts with one of these")
-    ap.add_argument("--max-copies", type=int, default=timing.MAX_COPIES,
-                    help="most input sets rotated (bench_kernels.py's --max-copies: 4096 rotates past 3 x L2)")
+    bk.add_max_copies_arg(ap)
     args = ap.parse_args()
     only = tuple(c for c in args.candidates.split(",") if c)
     os.environ.setdefault("CUTE_DSL_ARCH", bk.arch_of_device())
