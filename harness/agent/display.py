@@ -75,7 +75,9 @@ def print_summary(s: dict[str, Any]) -> None:
     sp = s.get("speedup") or {}
     if sp.get("vs_reference_geomean"):
         c.print(f"speedup (geomean): {sp['vs_reference_geomean']:.2f}x vs reference"
-                + (f", {sp['vs_torch_compile_geomean']:.2f}x vs torch.compile" if sp.get("vs_torch_compile_geomean") else ""))
+                + (f", {sp['vs_torch_compile_geomean']:.2f}x vs torch.compile" if sp.get("vs_torch_compile_geomean") else "")
+                + (f", {sp['vs_promoted_geomean']:.2f}x vs the promoted {sp['promoted']}"
+                   if sp.get("vs_promoted_geomean") else ""))
     g = s.get("gates") or {}
     if g.get("ran"):
         c.print("gates: " + ", ".join(f"{k} {v}" for k, v in g["verdicts"].items())

@@ -161,7 +161,8 @@ class Optimizer:
         best = self.state.best_verified() or (self.state.ranked()[0] if self.state.ranked() else None)
         best_src = self._source(best.id) if best else None
         history = sorted(self.state.records.values(), key=lambda c: (c.round, c.slot))
-        text = draft_prompt(self.defn, self.profile, self.cfg.tp, best, best_src, history)
+        text = draft_prompt(self.defn, self.profile, self.cfg.tp, best, best_src, history,
+                            incumbent_us=self.state.incumbent_times())
         parents = self._parents()
         if not parents:
             return text, None
@@ -300,10 +301,16 @@ class Optimizer:
         verified = sum(1 for r in st.records.values() if r.verified)
         speed = None
         if best is not None and best.score_kind is ScoreKind.TIME_US and best.evaluate:
-            inc = [t.incumbent_us / t.kernel_us for t in best.evaluate.timings if t.incumbent_us]
-            comp = [t.compiled_us / t.kernel_us for t in best.evaluate.timings if t.compiled_us]
-            speed = {"vs_reference_geomean": geomean(inc) if inc else None,
-                     "vs_torch_compile_geomean": geomean(comp) if comp else None}
+            ts = best.evaluate.timings
+            ref = [t.reference_us / t.kernel_us for t in ts if t.reference_us]
+            comp = [t.compiled_us / t.kernel_us for t in ts if t.compiled_us]
+            inc = [t.incumbent_us / t.kernel_us for t in ts if t.incumbent_us]
+            # vs_promoted: the op's promoted kernel timed in the same A B B A run (None when the op
+            # has none, or the best is it); the perf gate decides on the whole scope, not these points
+            speed = {"vs_reference_geomean": geomean(ref) if ref else None,
+                     "vs_torch_compile_geomean": geomean(comp) if comp else None,
+                     "vs_promoted_geomean": geomean(inc) if inc and len(inc) == len(ts) else None,
+                     "promoted": best.evaluate.incumbent if inc and len(inc) == len(ts) else None}
         return {
             "run_id": self.log.folder.name, "op": self.cfg.op, "agent": self.cfg.agent,
             "gpu_available": self.stages.has_gpu,

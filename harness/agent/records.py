@@ -56,12 +56,22 @@ class Mismatch:
 
 @dataclass
 class Timing:
+    """One search point's medians, all from the same interleaved CUDA-graph run."""
     batch: int
     tp: int
     kernel_us: float
-    incumbent_us: float | None = None
+    incumbent_us: float | None = None   # the op's promoted kernel (kernels_generated/promoted.json), when timed
     floor_us: float | None = None
     compiled_us: float | None = None    # torch.compile of the reference, when measured
+    reference_us: float | None = None   # the eager PyTorch reference
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Timing":
+        d = dict(d)
+        if "reference_us" not in d:
+            # run logs written before session 23 stored the eager reference's time as incumbent_us
+            d["reference_us"], d["incumbent_us"] = d.get("incumbent_us"), None
+        return cls(**d)
 
 
 @dataclass
@@ -71,6 +81,7 @@ class EvalInfo:
     detail: str = ""
     mismatches: list[Mismatch] = field(default_factory=list)
     timings: list[Timing] = field(default_factory=list)
+    incumbent: str | None = None        # id of the promoted kernel timed beside it (Timing.incumbent_us)
 
 
 @dataclass
@@ -133,7 +144,7 @@ class CandidateRecord:
             e = dict(d["evaluate"])
             e["status"] = StageStatus(e["status"])
             e["mismatches"] = [Mismatch(**m) for m in e.get("mismatches", [])]
-            e["timings"] = [Timing(**t) for t in e.get("timings", [])]
+            e["timings"] = [Timing.from_json(t) for t in e.get("timings", [])]
             d["evaluate"] = EvalInfo(**e)
         if d.get("score_kind"):
             d["score_kind"] = ScoreKind(d["score_kind"])

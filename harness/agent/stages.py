@@ -63,6 +63,7 @@ class ToolchainStages:
 
         points = [Point(batch=b, tp=self.compile_tp) for b in SEARCH_BATCHES if cand.scope.contains_batch(b)]
         rep = evaluate_candidate(cand, points, archs=list(cand.scope.archs), check_static=False, run_gpu=True,
+                                 incumbent=promoted_incumbent(cand, points),
                                  timeout_s=self.eval_timeout_s, compile_timeout_s=self.compile_timeout_s)
         return eval_info_from_report(rep, self.gpu_name)
 
@@ -70,8 +71,32 @@ class ToolchainStages:
 SEARCH_BATCHES = (1, 8, 64)        # batches timed during the search; the perf gate sweeps all
 
 
+def promoted_incumbent(cand, points) -> Any:
+    """The op's promoted kernel (kernels_generated/promoted.json) to time beside `cand` at the
+    search points, so every draft is measured against what it would replace: None when the op
+    has none, when `cand` is it, or when its scope misses a point (then the worker would call it
+    outside its scope). A manifest entry whose folder cannot be loaded is skipped, not fatal: the
+    search goes on against the reference alone."""
+    from ..errors import UserError
+    from ..paths import root
+    from ..promotion import read_manifest
+    from ..toolchain.candidate import load_candidate
+
+    try:
+        entry = next((e for e in read_manifest(root()) if e["op"] == cand.op), None)
+        if entry is None or entry["candidate"] == cand.id:
+            return None
+        inc = load_candidate(cand.op, entry["candidate"])
+    except (UserError, OSError, ValueError, KeyError):
+        return None
+    if not all(inc.scope.contains_batch(p.batch) and p.tp in inc.scope.tp for p in points):
+        return None
+    return inc
+
+
 def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
-    """harness.toolchain.evaluate.EvalReport -> EvalInfo (mismatches, times vs reference)."""
+    """harness.toolchain.evaluate.EvalReport -> EvalInfo (mismatches; kernel, reference, torch.compile
+    and promoted-kernel times)."""
     import reference_impls
 
     from ..hardware import gpu, roofline
@@ -92,9 +117,14 @@ def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
         if "kernel" in st:
             pt = Point(batch=pr.batch, tp=pr.tp)
             floor = roofline(defn.flops(pt), defn.min_bytes(pt), gpu(gpu_name)).floor_us
-            ref = st.get("incumbent", st.get("reference", {})).get("median_us")
-            timings.append(Timing(pr.batch, pr.tp, float(st["kernel"]["median_us"]), ref, floor,
-                                  st.get("compiled_reference", {}).get("median_us")))
+            timings.append(Timing(pr.batch, pr.tp, float(st["kernel"]["median_us"]),
+                                  incumbent_us=st.get("incumbent", {}).get("median_us"), floor_us=floor,
+                                  compiled_us=st.get("compiled_reference", {}).get("median_us"),
+                                  reference_us=st.get("reference", {}).get("median_us")))
     status = StageStatus.OK if verdict == "OK" else (StageStatus.NOT_RUN if verdict == "NOT_RUN" else StageStatus.FAILED)
     detail = rep.message + (("\n" + rep.worker_log_tail) if verdict not in ("OK", "WRONG") and rep.worker_log_tail else "")
-    return EvalInfo(status, verdict, trim_error(detail, 1500), mismatches[:8], timings)
+    if getattr(rep, "incumbent_errors", None):
+        detail += "\n(promoted kernel not timed at " + "; ".join(rep.incumbent_errors)[:400] + ")"
+    timed_inc = any(t.incumbent_us is not None for t in timings)
+    return EvalInfo(status, verdict, trim_error(detail, 1500), mismatches[:8], timings,
+                    incumbent=getattr(rep, "incumbent_id", None) if timed_inc else None)

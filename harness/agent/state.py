@@ -109,6 +109,17 @@ class RunState:
         ok = [r for r in self.ranked() if r.verified and r.score_kind is ScoreKind.TIME_US]
         return ok[0] if ok else None
 
+    def incumbent_times(self) -> dict[int, float]:
+        """batch -> the promoted kernel's median us at this run's search points, from the newest
+        evaluation that timed it (each draft's evaluation times it beside the draft)."""
+        out: dict[int, float] = {}
+        for r in sorted(self.records.values(), key=lambda c: (c.round, c.slot)):
+            if r.evaluate is not None:
+                for t in r.evaluate.timings:
+                    if t.incumbent_us is not None:
+                        out[t.batch] = t.incumbent_us
+        return out
+
     def template_scores(self) -> dict[str, float]:
         """params key -> score of every template proposal whose candidate was scored
         (math.inf for failures), the input of the halving search."""

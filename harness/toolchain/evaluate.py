@@ -58,6 +58,8 @@ class EvalReport:
     canary_ok: bool | None = None      # set by Evaluator after a CUDA_ERROR
     wall_s: float = 0.0
     worker_log_tail: str = ""
+    incumbent_id: str | None = None    # the kernel timed as "incumbent" beside this one, if any
+    incumbent_errors: list[str] = field(default_factory=list)  # points where the incumbent failed to build
 
 
 def gpu_available() -> bool:
@@ -123,7 +125,8 @@ def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str]
     job = {"kind": "evaluate", "op": cand.op, "kernel_path": str(cand.kernel_path), "options": COMPILE_OPTIONS,
            "points": [_point_json(defn, p) for p in points], "n_sets": n_input_sets, "time": time_it,
            "vs_compiled_ref": vs_compiled_ref,
-           "incumbent_path": str(incumbent.kernel_path) if incumbent is not None else None}
+           "incumbent_path": str(incumbent.kernel_path) if incumbent is not None else None,
+           "incumbent_archs": list(incumbent.scope.archs) if incumbent is not None else []}
     note("gpu_start", len(points))
     sb = run_job(job, timeout_s)
     rep.gpu_run = True
@@ -131,6 +134,8 @@ def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str]
     p = sb.result or {}
     rep.gpu, rep.arch = p.get("gpu", ""), p.get("arch", "")
     rep.bandwidth_bytes_per_s = p.get("bandwidth_bytes_per_s")
+    rep.incumbent_id = incumbent.id if incumbent is not None else None
+    rep.incumbent_errors = list(p.get("incumbent_errors", []))
     for pd in p.get("points", []):
         rep.points.append(_point_result(defn, pd, rep.bandwidth_bytes_per_s))
     rep.verdict, rep.message = sb.verdict, sb.message

@@ -142,7 +142,9 @@ def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:
     out: dict[str, Any] = {"arch": arch, "gpu": torch.cuda.get_device_name(0), "points": [],
                            "torch": torch.__version__}
     compiled_by_key: dict[str, Any] = {}
-    incumbent = None
+    incumbent_by_key: dict[str, Any] = {}
+    # the incumbent is timed only on an arch it declares (the registry would not call it elsewhere)
+    time_incumbent = bool(job.get("incumbent_path")) and arch in job.get("incumbent_archs", [arch])
     try:
         if job.get("time") and job.get("measure_bandwidth", True):
             out["bandwidth_bytes_per_s"] = measure_bandwidth()
@@ -167,8 +169,16 @@ def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:
             if res["verdict"] != "OK":
                 continue
             if job.get("time"):
-                if job.get("incumbent_path") and incumbent is None:
-                    incumbent = _load_incumbent(job, pt, compile_kernel)
+                incumbent = None
+                if time_incumbent:
+                    if key not in incumbent_by_key:
+                        try:
+                            incumbent_by_key[key] = _load_incumbent(job, pt, pd.get("static", {}))
+                        except Exception as exc:  # noqa: BLE001 - the incumbent's failure is not the candidate's
+                            incumbent_by_key[key] = None
+                            out.setdefault("incumbent_errors", []).append(
+                                f"{pt.label()}: {type(exc).__name__}: {str(exc).strip()[:200]}")
+                    incumbent = incumbent_by_key[key]
                 res["timing"] = time_point(defn, launch, compiled, pt, bool(job.get("vs_compiled_ref", True)), incumbent)
     except BaseException as exc:  # noqa: BLE001 - the candidate's fault becomes its verdict
         verdict = "CUDA_ERROR" if _is_cuda_error(exc) else "CRASH"
@@ -180,15 +190,18 @@ def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:
     return out
 
 
-def _load_incumbent(job, pt, compile_kernel):
-    """Load a second candidate (A/B timing) under another module name."""
+def _load_incumbent(job, pt, static: dict[str, str]):
+    """A second candidate (A/B timing), loaded once under another module name and compiled for
+    this point's TP and static key (a bf16-state point needs the incumbent's bf16 build)."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("incumbent_kernel", job["incumbent_path"])
-    mod = importlib.util.module_from_spec(spec)          # type: ignore[arg-type]
-    sys.modules["incumbent_kernel"] = mod
-    spec.loader.exec_module(mod)                          # type: ignore[union-attr]
-    return mod.launch, mod.compile(pt.tp, job["options"])
+    mod = sys.modules.get("incumbent_kernel")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location("incumbent_kernel", job["incumbent_path"])
+        mod = importlib.util.module_from_spec(spec)          # type: ignore[arg-type]
+        sys.modules["incumbent_kernel"] = mod
+        spec.loader.exec_module(mod)                          # type: ignore[union-attr]
+    return mod.launch, mod.compile(pt.tp, job["options"], **static)
 
 
 def run_canary(job: dict[str, Any]) -> dict[str, Any]:

@@ -74,3 +74,27 @@ def test_timing_interleaves_and_measures_bandwidth():
     nothing = time_interleaved({"nothing": lambda i: None, "small": lambda i: a[:1024].add_(0)}, n_sets=1,
                                calls_per_graph=20, rounds=3)
     assert abs(nothing["nothing"].median_us) < 0.3 < nothing["small"].median_us
+
+
+@pytest.mark.gpu
+@gpu
+def test_search_times_a_draft_against_the_promoted_kernel_at_each_static_key(cache_root):
+    """The agent loop's evaluate stage times the promoted kernel beside the draft; kda_decode's
+    fp32 and bf16 points need the incumbent built for each state dtype (session 23)."""
+    from harness.agent.stages import eval_info_from_report, promoted_incumbent
+    from harness.promotion import read_manifest
+    from harness.toolchain.evaluate import evaluate_candidate
+
+    promoted = next(e["candidate"] for e in read_manifest(REPO) if e["op"] == "kda_decode")
+    draft = next(c for c in list_candidates("kda_decode") if c.id != promoted and c.provenance.author == "human"
+                 and {"fp32", "bf16"} <= set(c.scope.state_dtypes))
+    points = [Point(batch=1, tp=8, state_dtype="fp32"), Point(batch=8, tp=8, state_dtype="bf16")]
+    inc = promoted_incumbent(draft, points)
+    assert inc is not None and inc.id == promoted
+    rep = evaluate_candidate(draft, points, archs=list(draft.scope.archs), incumbent=inc, cache_root=cache_root)
+    assert rep.verdict is Verdict.OK, (rep.message, rep.worker_log_tail)
+    assert rep.incumbent_errors == []
+    info = eval_info_from_report(rep, "h200")
+    assert info.incumbent == promoted
+    assert len(info.timings) == 2
+    assert all(t.incumbent_us and t.reference_us and t.kernel_us for t in info.timings)

@@ -1,0 +1,187 @@
+"""The search measures every draft against the op's promoted kernel (the incumbent), not only
+against the eager reference: the evaluate stage passes the promoted candidate to the GPU
+worker, the records keep the reference's, torch.compile's and the promoted kernel's times
+apart, the prompts label each one, and the run summary reports the speedup over the promoted
+kernel. Run logs written before that stored the eager reference's time as `incumbent_us`;
+they still load, with that time read as the reference's.
+
+The CPU cannot run the GPU worker, so the evaluate stage's GPU result is a test double where
+a test says so; everything else is the real code."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from harness.agent.loop import OptimizeConfig, start
+from harness.agent.prompting import feedback_prompt
+from harness.agent.records import CandidateRecord, EvalInfo, StageStatus, Timing
+from harness.agent.stages import ToolchainStages, eval_info_from_report, promoted_incumbent
+from harness.hardware import gpu
+from harness.opdef import Point
+from harness.promotion import read_manifest
+from harness.toolchain.candidate import load_candidate
+
+from .conftest import fenced, tiny_kernel
+from .llm_server import ScriptedLLM
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+REPO = Path(__file__).resolve().parents[2]
+OP = "moe_router"
+
+
+def _promoted(op: str) -> str:
+    return next(e["candidate"] for e in read_manifest(REPO) if e["op"] == op)
+
+
+def _other_candidate(op: str) -> str:
+    promoted = _promoted(op)
+    return next(p.name for p in sorted((REPO / "kernels_generated" / op).iterdir())
+                if p.is_dir() and p.name != promoted)
+
+
+# ---- records ---------------------------------------------------------------------------------
+def test_old_run_log_timing_reads_its_incumbent_as_the_reference():
+    old = {"batch": 8, "tp": 8, "kernel_us": 9.5, "incumbent_us": 90.0, "floor_us": 2.7, "compiled_us": 69.4}
+    t = Timing.from_json(old)
+    assert (t.reference_us, t.incumbent_us, t.compiled_us) == (90.0, None, 69.4)
+    new = Timing(batch=8, tp=8, kernel_us=9.5, incumbent_us=9.8, floor_us=2.7, compiled_us=69.4, reference_us=90.0)
+    assert Timing.from_json(json.loads(json.dumps(new.__dict__))) == new
+
+
+def test_candidate_record_round_trips_the_incumbent_id():
+    rec = CandidateRecord(id="abc", round=1, slot=0, author="template",
+                          evaluate=EvalInfo(StageStatus.OK, "OK", timings=[Timing(1, 8, 9.0, 10.0, 2.7, 35.0, 55.0)],
+                                            incumbent="876e935cf35f"))
+    back = CandidateRecord.from_json(json.loads(json.dumps(rec.to_json())))
+    assert back.evaluate == rec.evaluate and back.evaluate.incumbent == "876e935cf35f"
+
+
+# ---- which kernel is the incumbent ---------------------------------------------------------------
+def test_promoted_incumbent_is_the_manifest_entry_unless_it_is_the_candidate():
+    promoted = _promoted(OP)
+    other = load_candidate(OP, _other_candidate(OP))
+    pts = [Point(batch=b, tp=8) for b in (1, 8, 64)]
+    inc = promoted_incumbent(other, pts)
+    assert inc is not None and inc.id == promoted
+    assert promoted_incumbent(load_candidate(OP, promoted), pts) is None      # never timed against itself
+
+
+def test_promoted_incumbent_none_outside_its_scope_or_without_a_manifest(tmp_path, monkeypatch):
+    other = load_candidate(OP, _other_candidate(OP))
+    inc_scope = load_candidate(OP, _promoted(OP)).scope
+    outside = max(inc_scope.tp) * 2
+    assert promoted_incumbent(other, [Point(batch=1, tp=outside)]) is None
+    monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))                         # no kernels_generated here
+    assert promoted_incumbent(other, [Point(batch=1, tp=8)]) is None
+
+
+def test_evaluate_stage_passes_the_promoted_kernel_to_the_worker(monkeypatch):
+    import harness.toolchain.evaluate as ev
+
+    seen: dict = {}
+
+    def fake_evaluate_candidate(cand, points, **kw):       # the GPU worker cannot run here
+        seen.update(cand=cand.id, points=[(p.batch, p.tp) for p in points], incumbent=kw.get("incumbent"))
+        return SimpleNamespace(op=cand.op, verdict=SimpleNamespace(value="OK"), message="3 points correct",
+                               points=[], worker_log_tail="", incumbent_id=None, incumbent_errors=[])
+
+    monkeypatch.setattr(ev, "evaluate_candidate", fake_evaluate_candidate)
+    other = load_candidate(OP, _other_candidate(OP))
+    info = ToolchainStages(use_gpu=True).evaluate(other)
+    assert info.status is StageStatus.OK
+    assert seen["points"] == [(1, 8), (8, 8), (64, 8)]
+    assert seen["incumbent"] is not None and seen["incumbent"].id == _promoted(OP)
+
+
+# ---- the worker's report -> the loop's record --------------------------------------------------------
+def _point(batch: int, stats: dict) -> SimpleNamespace:
+    return SimpleNamespace(verdict=SimpleNamespace(value="OK"), batch=batch, tp=8, label=f"B{batch}", message="",
+                           worst={}, timing_us={k: {"median_us": v} for k, v in stats.items()})
+
+
+def test_eval_info_keeps_reference_compile_and_promoted_times_apart():
+    rep = SimpleNamespace(op=OP, verdict=SimpleNamespace(value="OK"), message="2 points correct",
+                          worker_log_tail="", incumbent_id="876e935cf35f", incumbent_errors=[],
+                          points=[_point(1, {"kernel": 8.8, "reference": 55.2, "compiled_reference": 35.5,
+                                             "incumbent": 9.2}),
+                                  _point(64, {"kernel": 15.5, "reference": 94.5, "compiled_reference": 69.5,
+                                              "incumbent": 16.9})])
+    info = eval_info_from_report(rep, "h200")
+    assert [(t.batch, t.kernel_us, t.incumbent_us, t.compiled_us, t.reference_us) for t in info.timings] == [
+        (1, 8.8, 9.2, 35.5, 55.2), (64, 15.5, 16.9, 69.5, 94.5)]
+    assert info.incumbent == "876e935cf35f"
+    assert all(t.floor_us and 0 < t.floor_us < t.kernel_us for t in info.timings)
+
+
+def test_eval_info_without_an_incumbent_and_with_its_build_failures():
+    rep = SimpleNamespace(op=OP, verdict=SimpleNamespace(value="OK"), message="1 points correct",
+                          worker_log_tail="", incumbent_id="876e935cf35f",
+                          incumbent_errors=["B1 TP8: RuntimeError: no bf16 build"],
+                          points=[_point(1, {"kernel": 8.8, "reference": 55.2})])
+    info = eval_info_from_report(rep, "h200")
+    assert info.timings[0].incumbent_us is None and info.timings[0].reference_us == 55.2
+    assert info.incumbent is None                              # named only when it was timed
+    assert "promoted kernel not timed at B1 TP8: RuntimeError: no bf16 build" in info.detail
+
+
+# ---- the worker compiles the incumbent per TP and static key -----------------------------------------
+def test_worker_builds_the_incumbent_for_each_static_key(tmp_path, monkeypatch):
+    from harness.toolchain import gpu_eval
+
+    kpath = tmp_path / "kernel.py"
+    kpath.write_text("def compile(tp, options, **static):\n    return ('built', tp, options, tuple(sorted(static.items())))\n"
+                     "def launch(compiled, **tensors):\n    pass\n")
+    monkeypatch.delitem(sys.modules, "incumbent_kernel", raising=False)
+    job = {"incumbent_path": str(kpath), "options": "--opt"}
+    _, fp32 = gpu_eval._load_incumbent(job, Point(batch=1, tp=8), {})
+    _, bf16 = gpu_eval._load_incumbent(job, Point(batch=1, tp=16), {"state_dtype": "bf16"})
+    assert fp32 == ("built", 8, "--opt", ())
+    assert bf16 == ("built", 16, "--opt", (("state_dtype", "bf16"),))
+    monkeypatch.delitem(sys.modules, "incumbent_kernel", raising=False)
+
+
+# ---- prompts and summary ----------------------------------------------------------------------------
+def test_feedback_labels_each_time():
+    rec = CandidateRecord(id="d1", round=1, slot=0, author="llm",
+                          evaluate=EvalInfo(StageStatus.OK, "OK", timings=[Timing(1, 8, 8.8, 9.2, 2.68, 35.5, 55.2)],
+                                            incumbent="876e935cf35f"))
+    text = feedback_prompt(rec, gpu("h200"))
+    assert "the incumbent (promoted kernel 876e935cf35f) 9.20 us (1.05x)" in text
+    assert "torch.compile 35.50 us" in text and "eager reference 55.20 us" in text
+    assert "incumbent 55.20" not in text
+
+
+class TimedStages(ToolchainStages):
+    """Real static and compile stages; evaluate returns what the GPU worker would (test double:
+    no CUDA GPU here) - the draft 8.8 / 15.5 us, the promoted kernel 9.2 / 16.9 us."""
+
+    def __init__(self) -> None:
+        super().__init__(use_gpu=False)
+
+    def evaluate(self, cand) -> EvalInfo:
+        return EvalInfo(StageStatus.OK, "OK", "timed on paper (test double)", incumbent="876e935cf35f",
+                        timings=[Timing(1, 8, 8.8, 9.2, 2.68, 35.5, 55.2), Timing(64, 8, 15.5, 16.9, 2.87, 69.5, 94.5)])
+
+
+def test_run_reports_speedup_over_the_promoted_kernel_and_prompts_it(harness_root):
+    script = [("reply", fenced(tiny_kernel())), ("reply", fenced("# faster\n" + tiny_kernel()))]
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=2, candidates_per_round=1, archs=["sm_90a"],
+                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1, run_gates=False)
+    with ScriptedLLM(script) as srv:
+        cfg.base_url = srv.url + "/v1"
+        opt = start(cfg, run_id="t-incumbent", stages=TimedStages())
+        opt.run()
+    round2 = "\n".join(m["content"] for m in srv.requests[1]["body"]["messages"])
+    assert "the incumbent (the promoted kernel, measured in this run) 9.20 us: beat it" in round2
+    assert "the incumbent (promoted kernel 876e935cf35f) 16.90 us (1.09x)" in round2
+    summary = json.loads((opt.log.folder / "summary.json").read_text())
+    sp = summary["speedup"]
+    assert sp["promoted"] == "876e935cf35f"
+    assert sp["vs_promoted_geomean"] == pytest.approx(((9.2 / 8.8) * (16.9 / 15.5)) ** 0.5)
+    assert sp["vs_reference_geomean"] == pytest.approx(((55.2 / 8.8) * (94.5 / 15.5)) ** 0.5)
+    assert sp["vs_torch_compile_geomean"] == pytest.approx(((35.5 / 8.8) * (69.5 / 15.5)) ** 0.5)
