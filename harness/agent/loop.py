@@ -264,6 +264,10 @@ class Optimizer:
                 self._emit(EventKind.GATES, f"gates not run: {why}", candidate=None, ran=False, reason=why)
             elif not self.cfg.run_gates:
                 self._emit(EventKind.GATES, "gates skipped", candidate=best.id, ran=False, reason="disabled")
+            elif (slower := _slower_than_promoted(best)) is not None:
+                # the perf gate would refuse it: no GPU minutes spent on gates it cannot pass
+                why = f"{slower}; gate it anyway: harness gate {self.cfg.op} {best.id}"
+                self._emit(EventKind.GATES, f"gates not run: {why}", candidate=best.id, ran=False, reason=why)
             elif (spent := self.budget.exhausted()) is not None:
                 # the full gates take minutes on a GPU: never started past --time-limit (or a spent budget)
                 why = f"{spent.value}; gate it later: harness gate {self.cfg.op} {best.id}"
@@ -339,6 +343,17 @@ class Optimizer:
         self.log.write_json("summary.json", self.summary())
         for rec in self.state.records.values():
             self.log.write_json(f"candidates/{rec.id}.json", rec.to_json())
+
+
+def _slower_than_promoted(best: CandidateRecord) -> str | None:
+    """Why the best draft cannot beat the promoted kernel: slower than it at every search point
+    where both were timed in the same run (all of them); None otherwise."""
+    ts = best.evaluate.timings if best.evaluate else []
+    if not ts or any(t.incumbent_us is None for t in ts) or any(t.kernel_us <= t.incumbent_us for t in ts):
+        return None
+    g = geomean([t.incumbent_us / t.kernel_us for t in ts])
+    return (f"the best draft is slower than the promoted {best.evaluate.incumbent} at every search point "
+            f"({g:.2f}x its speed, geomean)")
 
 
 def start(cfg: OptimizeConfig, run_id: str | None = None, **kw: Any) -> Optimizer:

@@ -185,3 +185,42 @@ def test_run_reports_speedup_over_the_promoted_kernel_and_prompts_it(harness_roo
     assert sp["vs_promoted_geomean"] == pytest.approx(((9.2 / 8.8) * (16.9 / 15.5)) ** 0.5)
     assert sp["vs_reference_geomean"] == pytest.approx(((55.2 / 8.8) * (94.5 / 15.5)) ** 0.5)
     assert sp["vs_torch_compile_geomean"] == pytest.approx(((35.5 / 8.8) * (69.5 / 15.5)) ** 0.5)
+
+
+class SlowerStages(ToolchainStages):
+    """As TimedStages, but the draft is slower than the promoted kernel at every point."""
+
+    def __init__(self, times: list[tuple[int, float, float]]) -> None:
+        super().__init__(use_gpu=False)
+        self.times = times
+
+    def evaluate(self, cand) -> EvalInfo:
+        return EvalInfo(StageStatus.OK, "OK", "timed on paper (test double)", incumbent="876e935cf35f",
+                        timings=[Timing(b, 8, k, inc, 2.7, 35.0, 55.0) for b, k, inc in self.times])
+
+
+@pytest.mark.parametrize("times, gated", [([(1, 9.5, 9.2), (64, 17.5, 16.9)], False),   # slower everywhere
+                                          ([(1, 9.1, 9.2), (64, 17.5, 16.9)], True)])   # faster at one point
+def test_gates_skipped_only_when_slower_than_the_promoted_kernel_everywhere(harness_root, monkeypatch, times, gated):
+    import harness.agent.gating as gating
+
+    gated_ids: list[str] = []
+
+    def fake_gates(op, cid, *a, **kw):           # the real gates need the repo's git base; the loop's choice is under test
+        gated_ids.append(cid)
+        return {"candidate": cid, "passed": False, "verdicts": {"perf_sweep": "FAIL"}}
+
+    monkeypatch.setattr(gating, "run_full_gates", fake_gates)
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=1, candidates_per_round=1, archs=["sm_90a"],
+                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1, promote=not gated)
+    with ScriptedLLM([("reply", fenced(tiny_kernel()))]) as srv:
+        cfg.base_url = srv.url + "/v1"
+        opt = start(cfg, run_id="t-slower", stages=SlowerStages(times))
+        opt.run()
+    summary = json.loads((opt.log.folder / "summary.json").read_text())
+    assert bool(gated_ids) is gated
+    if not gated:
+        assert summary["gates"]["ran"] is False
+        assert "slower than the promoted 876e935cf35f at every search point" in summary["gates"]["reason"]
+        assert "gate it anyway: harness gate moe_router" in summary["gates"]["reason"]
+        assert summary["promoted"]["ok"] is False
