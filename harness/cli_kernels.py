@@ -137,7 +137,11 @@ def register(app: typer.Typer) -> None:
     def eval_cmd(op: str = typer.Argument(..., help="Op name."),
                  candidate: str = typer.Argument(..., help="Candidate id (or prefix) or folder."),
                  batch: str = typer.Option("1,8,64", "--batch", help="Comma-separated batch sizes."),
-                 tp: int = typer.Option(8, "--tp", help="Tensor-parallel degree (8 or 16)."),
+                 tp: str = typer.Option("8", "--tp", help="Comma-separated tensor-parallel degrees (8, 16)."),
+                 state_dtype: str = typer.Option("", "--state-dtype",
+                                                 help="Comma-separated KDA state dtypes (fp32, bf16); default the op's first."),
+                 shape: str = typer.Option("", "--shape", help="Comma-separated named GEMM shapes (skinny_gemm), e.g. "
+                                                              "latent_down,mla_qkv_a; default the op's own."),
                  routing: str = typer.Option("uniform", "--routing", help="MoE routing profile."),
                  sets: int = typer.Option(10, "--sets", help="Fresh random input sets per point (>= 10 for gates)."),
                  no_timing: bool = typer.Option(False, "--no-timing", help="Correctness only."),
@@ -157,7 +161,12 @@ def register(app: typer.Typer) -> None:
 
         cand = _cand(op, candidate)
         defn = reference_impls.get(op)
-        points = [_point(defn, b, tp, 0, routing, defn.state_dtypes[0]) for b in _csv_ints(batch, "batch")]
+        states = [x.strip() for x in state_dtype.split(",") if x.strip()] or [defn.state_dtypes[0]]
+        shapes = [x.strip() for x in shape.split(",") if x.strip()] or [""]
+        points = [_point(defn, b, t, 0, routing, s, sh) for t in _csv_ints(tp, "tp") for b in _csv_ints(batch, "batch")
+                  for s in states for sh in shapes]
+        if not points:
+            raise UserError("no points: give --batch and --tp")
         inc = _cand(op, incumbent) if incumbent else None
         with Progress(transient=True, disable=json_out) as prog:
             task = prog.add_task("static checks", total=2 + len(cand.scope.archs) * 1)
@@ -196,17 +205,24 @@ def _print_eval(rep) -> None:
     bw = f", copy bandwidth {rep.bandwidth_bytes_per_s / 1e12:.2f} TB/s" if rep.bandwidth_bytes_per_s else ""
     c.print(f"GPU {rep.gpu} ({rep.arch}){bw}")
     t = Table(title="correctness and timing (CUDA-graph replay, inputs rotated past L2, A B B A)")
-    for col in ("point", "verdict", "sets", "kernel us", "spread %", "ref us", "compiled ref us", "x ref", "x compiled", "roofline"):
+    vs = getattr(rep, "incumbent_id", None)
+    cols = ["point", "verdict", "sets", "kernel us", "spread %", "ref us", "compiled ref us"]
+    cols += [f"{vs} us", f"x {vs}"] if vs else []
+    for col in cols + ["x ref", "x compiled", "roofline"]:
         t.add_column(col)
     for p in rep.points:
         k = p.timing_us.get("kernel", {})
         f = lambda impl: f"{p.timing_us[impl]['median_us']:.2f}" if impl in p.timing_us else "-"  # noqa: E731
-        t.add_row(p.label, p.verdict.value, str(p.n_input_sets), f("kernel"),
-                  f"{k['spread_pct']:.1f}" if k else "-", f("reference"), f("compiled_reference"),
+        label = p.label + (f" {p.state_dtype}" if p.state_dtype != "fp32" else "")
+        inc = [f("incumbent"), f"{p.speedup_vs_incumbent:.2f}" if p.speedup_vs_incumbent else "-"] if vs else []
+        t.add_row(label, p.verdict.value, str(p.n_input_sets), f("kernel"),
+                  f"{k['spread_pct']:.1f}" if k else "-", f("reference"), f("compiled_reference"), *inc,
                   f"{p.speedup_vs_reference:.2f}" if p.speedup_vs_reference else "-",
                   f"{p.speedup_vs_compiled_reference:.2f}" if p.speedup_vs_compiled_reference else "-",
                   f"{p.roofline_fraction:.0%}" if p.roofline_fraction else "-")
     c.print(t)
+    for e in getattr(rep, "incumbent_errors", []):
+        c.print(f"[yellow]{vs} not timed at {e}[/yellow]")
     c.print(f"verdict {rep.verdict.value}: {rep.message}", markup=False)
     if rep.worker_log_tail and rep.verdict.value != "OK":
         c.print(rep.worker_log_tail[-1500:], markup=False, highlight=False)

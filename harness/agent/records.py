@@ -64,6 +64,13 @@ class Timing:
     floor_us: float | None = None
     compiled_us: float | None = None    # torch.compile of the reference, when measured
     reference_us: float | None = None   # the eager PyTorch reference
+    state_dtype: str = "fp32"           # the point's static key (kda_decode's state, skinny_gemm's shape)
+    shape: str = ""
+
+    def label(self) -> str:
+        """B=8, or B=8 bf16 mla_qkv_a where the point has a non-default static key."""
+        return " ".join([f"B={self.batch}"] + ([self.state_dtype] if self.state_dtype != "fp32" else [])
+                        + ([self.shape] if self.shape else []))
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> "Timing":

@@ -58,10 +58,9 @@ class ToolchainStages:
         """Correctness and timing on the GPU at the search points (toolchain.evaluate)."""
         if not self.has_gpu:
             return EvalInfo(StageStatus.NOT_RUN, "NOT_RUN", "no CUDA GPU on this machine")
-        from ..opdef import Point
         from ..toolchain.evaluate import evaluate_candidate
 
-        points = [Point(batch=b, tp=self.compile_tp) for b in SEARCH_BATCHES if cand.scope.contains_batch(b)]
+        points = search_points(cand, self.compile_tp)
         rep = evaluate_candidate(cand, points, archs=list(cand.scope.archs), check_static=False, run_gpu=True,
                                  incumbent=promoted_incumbent(cand, points),
                                  timeout_s=self.eval_timeout_s, compile_timeout_s=self.compile_timeout_s)
@@ -71,12 +70,32 @@ class ToolchainStages:
 SEARCH_BATCHES = (1, 8, 64)        # batches timed during the search; the perf gate sweeps all
 
 
+def search_points(cand, tp: int) -> list:
+    """Where the search checks and times a candidate: SEARCH_BATCHES inside its scope, at `tp`
+    (or its smallest TP when `tp` is outside it), at every state dtype and named shape it
+    declares (a draft wrong only in bf16 state or on one GEMM shape is caught here, not at the
+    gates), with a 1024-token context for ops that read a KV cache."""
+    import reference_impls
+
+    from ..opdef import Point
+
+    defn = reference_impls.get(cand.op)
+    sc = cand.scope
+    tp = tp if tp in sc.tp else min(sc.tp)
+    states = [s for s in (sc.state_dtypes or defn.state_dtypes[:1]) if s in defn.state_dtypes]
+    shapes = list(sc.shapes) or [""]
+    ctx = 1024 if defn.uses_context else 0
+    return [Point(batch=b, tp=tp, context=ctx, state_dtype=s, shape=sh)
+            for b in SEARCH_BATCHES if sc.contains_batch(b) for s in states for sh in shapes]
+
+
 def promoted_incumbent(cand, points) -> Any:
     """The op's promoted kernel (kernels_generated/promoted.json) to time beside `cand` at the
     search points, so every draft is measured against what it would replace: None when the op
     has none, when `cand` is it, or when its scope misses a point (then the worker would call it
     outside its scope). A manifest entry whose folder cannot be loaded is skipped, not fatal: the
-    search goes on against the reference alone."""
+    search goes on against the reference alone. All or nothing: the worker times the incumbent at
+    every point or at none."""
     from ..errors import UserError
     from ..paths import root
     from ..promotion import read_manifest
@@ -89,7 +108,10 @@ def promoted_incumbent(cand, points) -> Any:
         inc = load_candidate(cand.op, entry["candidate"])
     except (UserError, OSError, ValueError, KeyError):
         return None
-    if not all(inc.scope.contains_batch(p.batch) and p.tp in inc.scope.tp for p in points):
+    sc = inc.scope
+    if not all(sc.contains_batch(p.batch) and p.tp in sc.tp
+               and (not sc.state_dtypes or p.state_dtype in sc.state_dtypes)
+               and (p.shape in sc.shapes if sc.shapes else p.shape == "") for p in points):
         return None
     return inc
 
@@ -100,7 +122,6 @@ def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
     import reference_impls
 
     from ..hardware import gpu, roofline
-    from ..opdef import Point
 
     defn = reference_impls.get(rep.op)
     verdict = getattr(rep.verdict, "value", str(rep.verdict))
@@ -115,12 +136,13 @@ def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
                 mismatches.append(Mismatch("-", f"{pr.label}: {pr.message}"[:300]))
         st = pr.timing_us or {}
         if "kernel" in st:
-            pt = Point(batch=pr.batch, tp=pr.tp)
+            pt = pr.point()
             floor = roofline(defn.flops(pt), defn.min_bytes(pt), gpu(gpu_name)).floor_us
             timings.append(Timing(pr.batch, pr.tp, float(st["kernel"]["median_us"]),
                                   incumbent_us=st.get("incumbent", {}).get("median_us"), floor_us=floor,
                                   compiled_us=st.get("compiled_reference", {}).get("median_us"),
-                                  reference_us=st.get("reference", {}).get("median_us")))
+                                  reference_us=st.get("reference", {}).get("median_us"),
+                                  state_dtype=pt.state_dtype, shape=pt.shape))
     status = StageStatus.OK if verdict == "OK" else (StageStatus.NOT_RUN if verdict == "NOT_RUN" else StageStatus.FAILED)
     detail = rep.message + (("\n" + rep.worker_log_tail) if verdict not in ("OK", "WRONG") and rep.worker_log_tail else "")
     if getattr(rep, "incumbent_errors", None):

@@ -111,12 +111,15 @@ class RunState:
 
     def incumbent_times(self) -> dict[int, float]:
         """batch -> the promoted kernel's median us at this run's search points, from the newest
-        evaluation that timed it (each draft's evaluation times it beside the draft)."""
+        evaluation that timed it (each draft's evaluation times it beside the draft). Where the
+        points also vary a static key (state dtype, GEMM shape), the first key timed stands for
+        its batch, as the drafting prompt's target table shows one row a batch."""
         out: dict[int, float] = {}
         for r in sorted(self.records.values(), key=lambda c: (c.round, c.slot)):
-            if r.evaluate is not None:
+            if r.evaluate is not None and r.evaluate.timings:
+                first = (r.evaluate.timings[0].state_dtype, r.evaluate.timings[0].shape)
                 for t in r.evaluate.timings:
-                    if t.incumbent_us is not None:
+                    if t.incumbent_us is not None and (t.state_dtype, t.shape) == first:
                         out[t.batch] = t.incumbent_us
         return out
 

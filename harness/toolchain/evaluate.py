@@ -40,6 +40,13 @@ class PointResult:
     speedup_vs_incumbent: float | None = None
     roofline_fraction: float | None = None
     rotation_bytes: int = 0
+    context: int = 0
+    state_dtype: str = "fp32"
+    shape: str = ""
+
+    def point(self):
+        """The harness.opdef.Point this result is for."""
+        return Point(batch=self.batch, tp=self.tp, context=self.context, state_dtype=self.state_dtype, shape=self.shape)
 
 
 @dataclass
@@ -145,10 +152,10 @@ def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str]
 
 
 def _point_result(defn, pd: dict[str, Any], bw: float | None) -> PointResult:
-    from ..opdef import Point
-
     r = PointResult(pd.get("label", ""), int(pd.get("batch", 0)), int(pd.get("tp", 0)), Verdict(pd["verdict"]),
-                    pd.get("message", ""), int(pd.get("n_sets", 0)), pd.get("worst", {}))
+                    pd.get("message", ""), int(pd.get("n_sets", 0)), pd.get("worst", {}),
+                    context=int(pd.get("context", 0)), state_dtype=pd.get("state_dtype", "fp32"),
+                    shape=pd.get("shape", ""))
     t = pd.get("timing")
     if t:
         st = t["stats"]
@@ -160,7 +167,7 @@ def _point_result(defn, pd: dict[str, Any], bw: float | None) -> PointResult:
             if impl in st and k > 0:
                 setattr(r, attr, st[impl]["median_us"] / k)
         if bw:
-            r.roofline_fraction = roofline_fraction(defn.min_bytes(Point(batch=r.batch, tp=r.tp)), bw, k)
+            r.roofline_fraction = roofline_fraction(defn.min_bytes(r.point()), bw, k)
     return r
 
 

@@ -164,7 +164,8 @@ def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:
             launch = sys.modules["candidate_kernel"].launch
             t0 = time.perf_counter()
             res = check_point(defn, launch, compiled, pt, int(job.get("n_sets", 10)))
-            res.update({"batch": pt.batch, "tp": pt.tp, "label": pt.label(), "check_s": time.perf_counter() - t0})
+            res.update({"batch": pt.batch, "tp": pt.tp, "label": pt.label(), "context": pt.context,
+                        "state_dtype": pt.state_dtype, "shape": pt.shape, "check_s": time.perf_counter() - t0})
             out["points"].append(res)
             if res["verdict"] != "OK":
                 continue

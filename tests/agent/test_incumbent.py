@@ -101,7 +101,8 @@ def test_evaluate_stage_passes_the_promoted_kernel_to_the_worker(monkeypatch):
 # ---- the worker's report -> the loop's record --------------------------------------------------------
 def _point(batch: int, stats: dict) -> SimpleNamespace:
     return SimpleNamespace(verdict=SimpleNamespace(value="OK"), batch=batch, tp=8, label=f"B{batch}", message="",
-                           worst={}, timing_us={k: {"median_us": v} for k, v in stats.items()})
+                           worst={}, timing_us={k: {"median_us": v} for k, v in stats.items()},
+                           point=lambda: Point(batch=batch, tp=8))
 
 
 def test_eval_info_keeps_reference_compile_and_promoted_times_apart():
@@ -224,3 +225,36 @@ def test_gates_skipped_only_when_slower_than_the_promoted_kernel_everywhere(harn
         assert "slower than the promoted 876e935cf35f at every search point" in summary["gates"]["reason"]
         assert "gate it anyway: harness gate moe_router" in summary["gates"]["reason"]
         assert summary["promoted"]["ok"] is False
+
+
+# ---- the search's points cover the scope's static keys ---------------------------------------------
+def test_search_points_cover_state_dtypes_and_shapes_at_a_tp_in_scope():
+    import dataclasses
+
+    from harness.agent.stages import search_points
+
+    kda = load_candidate("kda_decode", _promoted("kda_decode"))
+    pts = search_points(kda, 8)
+    assert [(p.batch, p.tp, p.state_dtype) for p in pts] == [
+        (1, 8, "fp32"), (1, 8, "bf16"), (8, 8, "fp32"), (8, 8, "bf16"), (64, 8, "fp32"), (64, 8, "bf16")]
+    skinny = load_candidate("skinny_gemm", _promoted("skinny_gemm"))     # scope B 1..8, three shapes
+    assert {(p.batch, p.shape) for p in search_points(skinny, 8)} == {
+        (b, s) for b in (1, 8) for s in skinny.scope.shapes}
+    tp16_only = dataclasses.replace(kda, scope=dataclasses.replace(kda.scope, tp=(16,)))
+    assert {p.tp for p in search_points(tp16_only, 8)} == {16}
+    # the promoted skinny kernel covers its own shapes, not another one
+    other = next(c for c in (load_candidate("skinny_gemm", p.name) for p in
+                             sorted((REPO / "kernels_generated" / "skinny_gemm").iterdir()) if p.is_dir())
+                 if c.id != skinny.id)
+    assert promoted_incumbent(other, search_points(skinny, 8)).id == skinny.id
+    assert promoted_incumbent(other, [Point(batch=1, tp=8, shape="kda_in_proj")]) is None
+
+
+def test_feedback_names_the_static_key_of_each_point():
+    rec = CandidateRecord(id="d2", round=1, slot=0, author="llm",
+                          evaluate=EvalInfo(StageStatus.OK, "OK", timings=[
+                              Timing(8, 8, 5.0, 5.5, 2.0, 20.0, 60.0),
+                              Timing(8, 8, 4.0, 4.4, 1.5, 18.0, 50.0, state_dtype="bf16")]))
+    text = feedback_prompt(rec, gpu("h200"))
+    assert "- B=8: 5.00 us" in text and "- B=8 bf16: 4.00 us" in text
+    assert Timing(1, 8, 9.0, shape="mla_qkv_a").label() == "B=1 mla_qkv_a"

@@ -23,17 +23,22 @@ def _cli(args, cache_root):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
 def test_eval_without_gpu_compiles_and_reports_gpu_stages_not_run(make_fixture, cache_root):
     cand = make_fixture("wrong_answer")
-    r = _cli(["eval", "moe_router", str(cand.path), "--batch", "1,8", "--json"], cache_root)
+    r = _cli(["eval", "moe_router", str(cand.path), "--batch", "1,8", "--tp", "8,16", "--json"], cache_root)
     assert r.returncode == 3, r.stderr
     rep = json.loads(r.stdout)
     assert rep["verdict"] == "NOT_RUN" and rep["gpu_run"] is False and rep["points"] == []
     assert {c["arch"] for c in rep["compiles"]} == {"sm_90a", "sm_100a", "sm_103a"}
+    assert {c["tp"] for c in rep["compiles"]} == {8, 16}          # `--tp 8,16` as README's "Bring your own GPU"
     assert all(c["verdict"] == "OK" for c in rep["compiles"])
 
 
 def test_compile_cli_reports_static_reject_and_user_errors(make_fixture, cache_root):
     r = _cli(["compile", "moe_router", "no-such-candidate"], cache_root)
     assert r.returncode == 2 and "not found" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(["eval", "kda_decode", "7eee43", "--state-dtype", "fp32,fp16"], cache_root)
+    assert r.returncode == 2 and "not fp16" in r.stderr and "Traceback" not in r.stderr
+    r = _cli(["eval", "skinny_gemm", "fcb21b", "--shape", "mla_qkv_a,nope"], cache_root)
+    assert r.returncode == 2 and "unknown shape 'nope'" in r.stderr and "Traceback" not in r.stderr
     r = _cli(["compile", "moe_router", str(make_fixture("segfault").path), "--json"], cache_root)
     assert r.returncode == 1 and json.loads(r.stdout)["verdict"] == "STATIC_REJECT"
 
