@@ -45,7 +45,7 @@ class ToolchainStages:
     def compile(self, cand, arch: str) -> CompileInfo:
         from ..toolchain.compile import compile_candidate
 
-        rep = compile_candidate(cand, arch, self.compile_tp, None, timeout_s=self.compile_timeout_s)
+        rep = compile_candidate(cand, arch, search_tp(cand, self.compile_tp), None, timeout_s=self.compile_timeout_s)
         ld128 = (rep.global_loads_by_bits or {}).get("128")
         if rep.ok:
             return CompileInfo(arch, StageStatus.OK, rep.max_registers, rep.spill_bytes, ld128,
@@ -70,6 +70,12 @@ class ToolchainStages:
 SEARCH_BATCHES = (1, 8, 64)        # batches timed during the search; the perf gate sweeps all
 
 
+def search_tp(cand, tp: int) -> int:
+    """The TP the search compiles and runs a candidate at: `tp`, or its smallest TP when its
+    scope leaves `tp` out (a TP16-only kernel is never built for TP8)."""
+    return tp if tp in cand.scope.tp else min(cand.scope.tp)
+
+
 def search_points(cand, tp: int) -> list:
     """Where the search checks and times a candidate: SEARCH_BATCHES inside its scope, at `tp`
     (or its smallest TP when `tp` is outside it), at every state dtype and named shape it
@@ -81,7 +87,7 @@ def search_points(cand, tp: int) -> list:
 
     defn = reference_impls.get(cand.op)
     sc = cand.scope
-    tp = tp if tp in sc.tp else min(sc.tp)
+    tp = search_tp(cand, tp)
     states = [s for s in (sc.state_dtypes or defn.state_dtypes[:1]) if s in defn.state_dtypes]
     shapes = list(sc.shapes) or [""]
     ctx = 1024 if defn.uses_context else 0

@@ -258,3 +258,23 @@ def test_feedback_names_the_static_key_of_each_point():
     text = feedback_prompt(rec, gpu("h200"))
     assert "- B=8: 5.00 us" in text and "- B=8 bf16: 4.00 us" in text
     assert Timing(1, 8, 9.0, shape="mla_qkv_a").label() == "B=1 mla_qkv_a"
+
+
+def test_compile_stage_builds_a_tp16_only_candidate_at_tp16(monkeypatch):
+    import dataclasses
+
+    import harness.toolchain.compile as comp
+
+    seen: list[int] = []
+
+    def fake_compile(cand, arch, tp, static, **kw):     # records the TP; the real compile is tested elsewhere
+        seen.append(tp)
+        return SimpleNamespace(ok=True, max_registers=64, spill_bytes=0, global_loads_by_bits={}, compile_s=0.1,
+                               cache_hit=True)
+
+    monkeypatch.setattr(comp, "compile_candidate", fake_compile)
+    kda = load_candidate("kda_decode", _promoted("kda_decode"))
+    stages = ToolchainStages(use_gpu=False)
+    stages.compile(dataclasses.replace(kda, scope=dataclasses.replace(kda.scope, tp=(16,))), "sm_90a")
+    stages.compile(kda, "sm_90a")
+    assert seen == [16, 8]
