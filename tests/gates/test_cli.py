@@ -84,6 +84,8 @@ def test_promote_ci_verify_demote_round_trip(repo, capsys):
     assert json.loads((root / "kernels_generated" / "promoted.json").read_text()) == []
     code, _, err = _cli(capsys, "demote", OP)
     assert code == 2 and "no promoted kernel" in err
+    code, _, err = _cli(capsys, "demote", "moe_ruoter")
+    assert code == 2 and "unknown op 'moe_ruoter'" in err
 
 
 @pytest.fixture
