@@ -134,8 +134,12 @@ class CandidateRecord:
             if self.evaluate.timings:
                 import math
 
-                g = math.exp(sum(math.log(t.kernel_us) for t in self.evaluate.timings) / len(self.evaluate.timings))
+                ts = self.evaluate.timings
+                g = math.exp(sum(math.log(t.kernel_us) for t in ts) / len(ts))
                 parts.append(f"geomean {g:.2f} us")
+                if all(t.incumbent_us for t in ts):
+                    x = math.exp(sum(math.log(t.incumbent_us / t.kernel_us) for t in ts) / len(ts))
+                    parts.append(f"{x:.2f}x the promoted {self.evaluate.incumbent or 'kernel'}")
         else:
             parts.append("compiled; GPU stages not run")
         return ", ".join(parts)

@@ -59,6 +59,9 @@ def test_candidate_record_round_trips_the_incumbent_id():
                                             incumbent="876e935cf35f"))
     back = CandidateRecord.from_json(json.loads(json.dumps(rec.to_json())))
     assert back.evaluate == rec.evaluate and back.evaluate.incumbent == "876e935cf35f"
+    assert back.summary() == "OK, geomean 9.00 us, 1.11x the promoted 876e935cf35f"
+    back.evaluate.timings[0].incumbent_us = None                 # not timed: no claim
+    assert back.summary() == "OK, geomean 9.00 us"
 
 
 # ---- which kernel is the incumbent ---------------------------------------------------------------
