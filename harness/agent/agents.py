@@ -36,12 +36,13 @@ class Draft:
 class TemplateAgent:
     author = "template"
 
-    def __init__(self, families: list[Family], seed: int = 0):
+    def __init__(self, families: list[Family], seed: int = 0, around: tuple[Proposal, ...] = ()):
         self.families = {f.name: f for f in families}
         self.search = HalvingSearch(families, seed)
+        self.around = around              # the promoted kernel's point, when it is one of these families'
 
     def plan(self, round_no: int, k: int, scores: dict[str, float]) -> list[Proposal]:
-        return self.search.propose(k, scores, round_no)
+        return self.search.propose(k, scores, round_no, self.around)
 
     def draft(self, round_no: int, slot: int, proposal: Proposal) -> Draft:
         fam = self.families[proposal.family]

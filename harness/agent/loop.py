@@ -79,13 +79,16 @@ class Optimizer:
         self.budget.charge(0, 0, self.state.cost_usd)     # spend replayed from the log
         self.budget.tokens = self.state.tokens
         self.template: TemplateAgent | None = None
+        self.around_id: str | None = None             # the promoted kernel the template search starts around
         self.llm: LLMAgent | None = None
         if cfg.agent == "template":
             fams = load_families(cfg.op, paths.prompts_dir())
             if not fams:
                 raise UserError(f"no kernel families for {cfg.op} under {paths.prompts_dir() / 'kernels' / cfg.op} "
                                 "(see docs/ARCHITECTURE.md, 'Kernel families')")
-            self.template = TemplateAgent(fams, cfg.seed)
+            around = promoted_proposal(cfg.op, fams)
+            self.around_id = around[1] if around else None
+            self.template = TemplateAgent(fams, cfg.seed, (around[0],) if around else ())
         else:
             policy = RetryPolicy(cfg.max_attempts, cfg.retry_base_delay_s, 60.0, cfg.request_timeout_s)
             prov = make_provider(cfg.agent, cfg.base_url, policy, self.budget, on_attempt=self._on_attempt)
@@ -145,8 +148,10 @@ class Optimizer:
         if self.template is not None:
             if r not in self.state.proposals:
                 props = self.template.plan(r, self.cfg.candidates_per_round, self.state.template_scores())
-                self._emit(EventKind.PROPOSALS, f"round {r}: {len(props)} configurations",
-                           round=r, proposals=[{"family": p.family, "params": p.params} for p in props])
+                near = f" (first round: around the promoted {self.around_id})" if self.around_id and r == 1 else ""
+                self._emit(EventKind.PROPOSALS, f"round {r}: {len(props)} configurations{near}",
+                           round=r, proposals=[{"family": p.family, "params": p.params} for p in props],
+                           around=self.around_id)
             from .search import Proposal
 
             props = [Proposal(p["family"], p["params"]) for p in self.state.proposals[r]]
@@ -343,6 +348,24 @@ class Optimizer:
         self.log.write_json("summary.json", self.summary())
         for rec in self.state.records.values():
             self.log.write_json(f"candidates/{rec.id}.json", rec.to_json())
+
+
+def promoted_proposal(op: str, families) -> tuple[Any, str] | None:
+    """(Proposal, id) of the op's promoted kernel when it is a render of one of `families` at a
+    point of its space (provenance.template), else None: the template search starts around it."""
+    from ..promotion import read_manifest
+    from ..toolchain.candidate import load_candidate
+    from .search import Proposal
+
+    try:
+        entry = next((e for e in read_manifest(paths.root()) if e["op"] == op), None)
+        tpl = load_candidate(op, entry["candidate"]).provenance.template if entry else None
+    except (UserError, OSError, ValueError, KeyError):
+        return None
+    fam = next((f for f in families if tpl and f.name == tpl.get("family")), None)
+    if fam is None or not isinstance(tpl.get("params"), dict) or not fam.feasible(tpl["params"]):
+        return None
+    return Proposal(fam.name, dict(fam.complete(tpl["params"]))), entry["candidate"]
 
 
 def _slower_than_promoted(best: CandidateRecord) -> str | None:

@@ -54,10 +54,16 @@ class HalvingSearch:
             return None
         return Proposal(fam_name, params)
 
-    def propose(self, k: int, scores: dict[str, float], round_no: int) -> list[Proposal]:
-        """Up to k untried proposals given `scores` (key -> score; FAILED for failures)."""
+    def propose(self, k: int, scores: dict[str, float], round_no: int,
+                around: tuple[Proposal, ...] = ()) -> list[Proposal]:
+        """Up to k untried proposals given `scores` (key -> score; FAILED for failures).
+
+        `around`: points already known good (the op's promoted kernel, when it is a render of
+        one of these families). Before anything is scored, half the slots (rounded up) go to
+        their one-step neighbours, seeded-shuffled, and the rest to the families' start points;
+        the known points themselves are never proposed."""
         rng = random.Random(f"{self.seed}:{round_no}")
-        tried = set(scores)
+        tried = set(scores) | {a.key for a in around}
         picked: list[Proposal] = []
         seen: set[str] = set()
 
@@ -69,6 +75,13 @@ class HalvingSearch:
         known = {key: p for key, s in scores.items() if s < FAILED and (p := self.proposal(key)) is not None}
         ranked = sorted((scores[key], key) for key in known)
         if not ranked:
+            near = [Proposal(a.family, q) for a in around if a.family in self.families
+                    for q in self.families[a.family].neighbours(a.params)]
+            rng.shuffle(near)
+            for p in near:
+                if len(picked) >= math.ceil(k / 2):
+                    break
+                take(p)
             for f in self.families.values():
                 if (s := f.start()) is not None:
                     take(Proposal(f.name, s))

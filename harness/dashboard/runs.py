@@ -94,7 +94,8 @@ def _describe(kind: str, d: dict[str, Any]) -> str:
         extra = f", best {d.get('best')} ({d.get('best_score')})" if kind == "round_finished" and d.get("best") else ""
         return f"round {d.get('round')}{extra}"
     if kind == "proposals":
-        return f"round {d.get('round')}: {len(d.get('proposals', []))} configurations"
+        near = f" (around the promoted {d['around']})" if d.get("around") and d.get("round") == 1 else ""
+        return f"round {d.get('round')}: {len(d.get('proposals', []))} configurations{near}"
     if kind in ("gates", "promoted"):
         return ", ".join(f"{k}={v}" for k, v in d.items() if isinstance(v, (str, int, float, bool)))[:300]
     if kind == "stopped":

@@ -281,3 +281,60 @@ def test_compile_stage_builds_a_tp16_only_candidate_at_tp16(monkeypatch):
     stages.compile(dataclasses.replace(kda, scope=dataclasses.replace(kda.scope, tp=(16,))), "sm_90a")
     stages.compile(kda, "sm_90a")
     assert seen == [16, 8]
+
+
+# ---- the template search starts around the promoted kernel -------------------------------------------
+def test_template_search_starts_around_the_promoted_render(tmp_path, monkeypatch):
+    import shutil
+
+    from harness import paths
+    from harness.agent.families import load_families, params_key
+    from harness.agent.loop import promoted_proposal
+
+    fams = load_families(OP, paths.prompts_dir())
+    promoted = _promoted(OP)
+    prop, cid = promoted_proposal(OP, fams)
+    meta = json.loads((REPO / "kernels_generated" / OP / promoted / "candidate.json").read_text())
+    assert cid == promoted and prop.family == meta["provenance"]["template"]["family"]
+    assert prop.params == meta["provenance"]["template"]["params"]
+    # a promoted kernel written whole (no template provenance), or none at all: no starting point
+    root = tmp_path / "root"
+    shutil.copytree(REPO / "kernels_generated" / OP / promoted, root / "kernels_generated" / OP / promoted)
+    (root / "kernels_generated" / "promoted.json").write_text(json.dumps([{"op": OP, "candidate": promoted,
+                                                                            "scope": meta["scope"]}]))
+    meta["provenance"]["template"] = None
+    (root / "kernels_generated" / OP / promoted / "candidate.json").write_text(json.dumps(meta))
+    monkeypatch.setenv("HARNESS_ROOT", str(root))
+    assert promoted_proposal(OP, fams) is None
+    (root / "kernels_generated" / "promoted.json").write_text("[]")
+    assert promoted_proposal(OP, fams) is None
+
+
+def test_optimize_logs_the_first_round_around_the_promoted_kernel(harness_root):
+    import shutil
+
+    from harness.agent.families import params_key
+
+    promoted = _promoted(OP)
+    kg = harness_root / "kernels_generated"
+    shutil.copytree(REPO / "kernels_generated" / OP / promoted, kg / OP / promoted)
+    meta = json.loads((kg / OP / promoted / "candidate.json").read_text())
+    (kg / "promoted.json").write_text(json.dumps([{"op": OP, "candidate": promoted, "scope": meta["scope"]}]))
+    for sub in (OP, "_shared"):
+        shutil.copytree(REPO / "prompts" / "kernels" / sub, harness_root / "prompts" / "kernels" / sub)
+    cfg = OptimizeConfig(op=OP, agent="template", rounds=1, candidates_per_round=3, archs=["sm_90a"],
+                         compile_workers=1, run_gates=False)
+    opt = start(cfg, run_id="t-around", stages=ToolchainStages(use_gpu=False))
+    drafts = opt._drafts(1)                                   # renders only; nothing compiles here
+    ev = [json.loads(x) for x in (opt.log.folder / "events.jsonl").read_text().splitlines()]
+    prop_ev = next(e for e in ev if e["kind"] == "proposals")
+    assert prop_ev["data"]["around"] == promoted
+    tpl = meta["provenance"]["template"]
+    known = params_key(tpl["family"], tpl["params"])
+    got = [params_key(d.template["family"], d.template["params"]) for d in drafts]
+    assert len(got) == 3 and known not in got
+    assert [d.template["family"] for d in drafts[:2]] == [tpl["family"]] * 2    # its neighbours first
+    from harness.dashboard.runs import read_run
+
+    assert any(f"round 1: 3 configurations (around the promoted {promoted})" == e.text
+               for e in read_run(opt.log.folder).events)

@@ -138,3 +138,22 @@ def test_a_space_too_large_to_list_is_sampled_and_still_searched(tmp_path, monke
     assert best == 0.0 and best_key == params_key(fam.name, target)
     assert len(scores) <= 480
 
+
+
+def test_first_round_starts_around_a_known_point_and_never_proposes_it(tmp_path):
+    from harness.agent.search import Proposal
+
+    fam = _family(tmp_path)
+    known = Proposal(fam.name, {"threads": 128, "vec": 4, "split_k": 7, "unroll": 2})
+    search = HalvingSearch([fam], seed=3)
+    props = search.propose(3, {}, 1, around=(known,))
+    near = {params_key(fam.name, q) for q in fam.neighbours(known.params)}
+    assert [p.key in near for p in props] == [True, True, False]     # ceil(3/2) neighbours, then the start
+    assert props[2].params == fam.start()
+    assert known.key not in {p.key for p in props}
+    assert search.propose(3, {}, 1, around=(known,)) == props        # seeded: the same again
+    stranger = Proposal("other_family", known.params)                 # a point of no listed family: ignored
+    assert search.propose(3, {}, 1, around=(stranger,))[0].params == fam.start()
+    # once something is scored the search runs on its own scores; the known point stays untried
+    scores = {p.key: synthetic_cost(p.params) for p in props}
+    assert known.key not in {p.key for p in search.propose(8, scores, 2, around=(known,))}
