@@ -167,7 +167,8 @@ class Optimizer:
         best_src = self._source(best.id) if best else None
         history = sorted(self.state.records.values(), key=lambda c: (c.round, c.slot))
         text = draft_prompt(self.defn, self.profile, self.cfg.tp, best, best_src, history,
-                            incumbent_us=self.state.incumbent_times())
+                            incumbent_us=self.state.incumbent_times(),
+                            promoted=self._promoted_source() if best is None else None)
         parents = self._parents()
         if not parents:
             return text, None
@@ -193,6 +194,17 @@ class Optimizer:
                 if reply:
                     return (self.log.folder / "replies" / reply[-1]).read_text()
         return None
+
+    def _promoted_source(self) -> tuple[str, str] | None:
+        """(id, kernel.py) of the op's promoted kernel: what a first draft starts from and must beat."""
+        from ..promotion import read_manifest
+
+        try:
+            entry = next((e for e in read_manifest(paths.root()) if e["op"] == self.cfg.op), None)
+            src = self._source(entry["candidate"]) if entry else None
+        except (UserError, OSError, KeyError):
+            return None
+        return (entry["candidate"], src) if src else None
 
     def _source(self, cid: str) -> str | None:
         p = paths.kernels_dir() / self.cfg.op / cid / "kernel.py"

@@ -55,7 +55,9 @@ def system_prompt(defn: OpDefinition, profile: GpuProfile, archs: tuple[str, ...
 
 def draft_prompt(defn: OpDefinition, profile: GpuProfile, tp: int, best: CandidateRecord | None,
                  best_source: str | None, history: list[CandidateRecord], hint: str = "",
-                 incumbent_us: dict[int, float] | None = None) -> str:
+                 incumbent_us: dict[int, float] | None = None, promoted: tuple[str, str] | None = None) -> str:
+    """The drafting prompt. `promoted` = (id, source) of the op's promoted kernel, shown when this
+    run has no best kernel yet: a first draft starts from what is in production."""
     mod = inspect.getmodule(defn.reference)
     ref_src = inspect.getsource(mod) if mod is not None else inspect.getsource(defn.reference)
     p1 = Point(batch=1, tp=tp, context=1024 if defn.uses_context else 0)
@@ -76,6 +78,7 @@ def draft_prompt(defn: OpDefinition, profile: GpuProfile, tp: int, best: Candida
     return render("draft.md.j2", op=defn, reference_source=ref_src.strip(), tensors=tensors, tp=tp,
                   batch_max=BATCH_MAX, tolerances=_tolerances(defn), static_args=static_args, points=points,
                   gpu_name=profile.name.upper(), best=best_ctx,
+                  promoted={"id": promoted[0], "source": promoted[1]} if promoted else None,
                   history=[{"id": h.id, "summary": h.summary()} for h in history[-8:]], hint=hint)
 
 

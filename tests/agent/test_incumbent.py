@@ -338,3 +338,26 @@ def test_optimize_logs_the_first_round_around_the_promoted_kernel(harness_root):
 
     assert any(f"round 1: 3 configurations (around the promoted {promoted})" == e.text
                for e in read_run(opt.log.folder).events)
+
+
+def test_first_llm_draft_prompt_shows_the_promoted_kernel(harness_root):
+    import shutil
+
+    promoted = _promoted(OP)
+    kg = harness_root / "kernels_generated"
+    shutil.copytree(REPO / "kernels_generated" / OP / promoted, kg / OP / promoted)
+    meta = json.loads((kg / OP / promoted / "candidate.json").read_text())
+    (kg / "promoted.json").write_text(json.dumps([{"op": OP, "candidate": promoted, "scope": meta["scope"]}]))
+    source = (kg / OP / promoted / "kernel.py").read_text()
+    script = [("reply", fenced(tiny_kernel())), ("reply", fenced("# again\n" + tiny_kernel()))]
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=2, candidates_per_round=1, archs=["sm_90a"],
+                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1, run_gates=False)
+    with ScriptedLLM(script) as srv:
+        cfg.base_url = srv.url + "/v1"
+        start(cfg, run_id="t-prod", stages=ToolchainStages(use_gpu=False)).run()
+    first = srv.requests[0]["body"]["messages"][-1]["content"]
+    assert f"## The kernel in production (`{promoted}`, promoted through the gates)" in first
+    assert source.strip() in first and "No verified kernel exists yet" not in first
+    second = next(m["content"] for m in srv.requests[1]["body"]["messages"]     # round 2 has a best of its own
+                  if m["role"] == "user" and "## Target" in m["content"])
+    assert "The kernel in production" not in second and "## Current best kernel" in second
