@@ -192,9 +192,15 @@ def register(app: typer.Typer) -> None:
                    commit: bool = typer.Option(True, "--commit/--no-commit", help="Commit on branch demote/<op>/<id>."),
                    json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
         """Remove an op's promoted kernel from the manifest: the decode path uses the reference."""
+        import reference_impls
+
         from . import paths
         from .promotion import demote
 
+        try:
+            reference_impls.get(op)
+        except ValueError as exc:             # a typo is not "no promoted kernel"
+            raise UserError(str(exc)) from None
         _report(demote(paths.root(), op, commit=commit), json_out)
 
     ci_app = typer.Typer(help="CI: verify promoted kernels, promote gated candidates.", no_args_is_help=True)

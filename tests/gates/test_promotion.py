@@ -139,3 +139,13 @@ def test_not_run_is_never_a_pass(repo):
     results[5] = GateResult("perf_sweep", Verdict.NOT_RUN, ["needs a CUDA GPU"], {})
     ev.write(ev.build(root, OP, cid, results, 1, hardware={}), root)
     assert any("gate perf_sweep: not_run" in p for p in assess(root, OP, cid).problems)
+
+
+def test_the_checkouts_promoted_kernels_verify():
+    """What CI promotes from must stay valid: a change to a frozen path (gate code, gate config,
+    harness/{compare,evidence,promotion}.py, a reference) makes every promoted kernel's evidence
+    stale. Session 23 nearly landed such a change (a one-line check in promotion.py) unnoticed."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    assert ci_verify(root, compile_archs=False) == []
