@@ -205,7 +205,7 @@ def _print_eval(rep) -> None:
     bw = f", copy bandwidth {rep.bandwidth_bytes_per_s / 1e12:.2f} TB/s" if rep.bandwidth_bytes_per_s else ""
     c.print(f"GPU {rep.gpu} ({rep.arch}){bw}")
     t = Table(title="correctness and timing (CUDA-graph replay, inputs rotated past L2, A B B A)")
-    vs = getattr(rep, "incumbent_id", None)
+    vs = rep.incumbent_id
     cols = ["point", "verdict", "sets", "kernel us", "spread %", "ref us", "compiled ref us"]
     cols += [f"{vs} us", f"x {vs}"] if vs else []
     for col in cols + ["x ref", "x compiled", "roofline"]:
@@ -221,7 +221,7 @@ def _print_eval(rep) -> None:
                   f"{p.speedup_vs_compiled_reference:.2f}" if p.speedup_vs_compiled_reference else "-",
                   f"{p.roofline_fraction:.0%}" if p.roofline_fraction else "-")
     c.print(t)
-    for e in getattr(rep, "incumbent_errors", []):
+    for e in rep.incumbent_errors:
         c.print(f"[yellow]{vs} not timed at {e}[/yellow]")
     c.print(f"verdict {rep.verdict.value}: {rep.message}", markup=False)
     if rep.worker_log_tail and rep.verdict.value != "OK":

@@ -24,7 +24,7 @@ from .providers import RetryPolicy, make_provider
 from .records import CandidateRecord, ScoreKind, StageStatus
 from .runlog import EventKind, RunLog, new_run_id
 from .search import compile_proxy
-from .stages import ToolchainStages
+from .stages import ToolchainStages, promoted_candidate
 from .state import RunState
 
 
@@ -197,14 +197,8 @@ class Optimizer:
 
     def _promoted_source(self) -> tuple[str, str] | None:
         """(id, kernel.py) of the op's promoted kernel: what a first draft starts from and must beat."""
-        from ..promotion import read_manifest
-
-        try:
-            entry = next((e for e in read_manifest(paths.root()) if e["op"] == self.cfg.op), None)
-            src = self._source(entry["candidate"]) if entry else None
-        except (UserError, OSError, KeyError):
-            return None
-        return (entry["candidate"], src) if src else None
+        inc = promoted_candidate(self.cfg.op)
+        return (inc.id, inc.source) if inc is not None else None
 
     def _source(self, cid: str) -> str | None:
         p = paths.kernels_dir() / self.cfg.op / cid / "kernel.py"
@@ -325,13 +319,13 @@ class Optimizer:
             ts = best.evaluate.timings
             ref = [t.reference_us / t.kernel_us for t in ts if t.reference_us]
             comp = [t.compiled_us / t.kernel_us for t in ts if t.compiled_us]
-            inc = [t.incumbent_us / t.kernel_us for t in ts if t.incumbent_us]
             # vs_promoted: the op's promoted kernel timed in the same A B B A run (None when the op
             # has none, or the best is it); the perf gate decides on the whole scope, not these points
+            vs = best.evaluate.vs_promoted()
             speed = {"vs_reference_geomean": geomean(ref) if ref else None,
                      "vs_torch_compile_geomean": geomean(comp) if comp else None,
-                     "vs_promoted_geomean": geomean(inc) if inc and len(inc) == len(ts) else None,
-                     "promoted": best.evaluate.incumbent if inc and len(inc) == len(ts) else None}
+                     "vs_promoted_geomean": vs,
+                     "promoted": best.evaluate.incumbent if vs is not None else None}
         return {
             "run_id": self.log.folder.name, "op": self.cfg.op, "agent": self.cfg.agent,
             "gpu_available": self.stages.has_gpu,
@@ -365,29 +359,24 @@ class Optimizer:
 def promoted_proposal(op: str, families) -> tuple[Any, str] | None:
     """(Proposal, id) of the op's promoted kernel when it is a render of one of `families` at a
     point of its space (provenance.template), else None: the template search starts around it."""
-    from ..promotion import read_manifest
-    from ..toolchain.candidate import load_candidate
     from .search import Proposal
 
-    try:
-        entry = next((e for e in read_manifest(paths.root()) if e["op"] == op), None)
-        tpl = load_candidate(op, entry["candidate"]).provenance.template if entry else None
-    except (UserError, OSError, ValueError, KeyError):
-        return None
+    inc = promoted_candidate(op)
+    tpl = inc.provenance.template if inc is not None else None
     fam = next((f for f in families if tpl and f.name == tpl.get("family")), None)
     if fam is None or not isinstance(tpl.get("params"), dict) or not fam.feasible(tpl["params"]):
         return None
-    return Proposal(fam.name, dict(fam.complete(tpl["params"]))), entry["candidate"]
+    return Proposal(fam.name, dict(fam.complete(tpl["params"]))), inc.id
 
 
 def _slower_than_promoted(best: CandidateRecord) -> str | None:
     """Why the best draft cannot beat the promoted kernel: slower than it at every search point
     where both were timed in the same run (all of them); None otherwise."""
-    ts = best.evaluate.timings if best.evaluate else []
-    if not ts or any(t.incumbent_us is None for t in ts) or any(t.kernel_us <= t.incumbent_us for t in ts):
+    ev = best.evaluate
+    g = ev.vs_promoted() if ev else None
+    if g is None or any(t.kernel_us <= t.incumbent_us for t in ev.timings):
         return None
-    g = geomean([t.incumbent_us / t.kernel_us for t in ts])
-    return (f"the best draft is slower than the promoted {best.evaluate.incumbent} at every search point "
+    return (f"the best draft is slower than the promoted {ev.incumbent} at every search point "
             f"({g:.2f}x its speed, geomean)")
 
 

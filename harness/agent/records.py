@@ -6,6 +6,7 @@ display, so they are dataclasses with explicit to/from JSON.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -90,6 +91,14 @@ class EvalInfo:
     timings: list[Timing] = field(default_factory=list)
     incumbent: str | None = None        # id of the promoted kernel timed beside it (Timing.incumbent_us)
 
+    def vs_promoted(self) -> float | None:
+        """Geomean of promoted-kernel time / this kernel's time, when the promoted kernel was timed at
+        every point; else None (no claim from part of the points)."""
+        ts = self.timings
+        if not ts or not all(t.incumbent_us for t in ts):
+            return None
+        return math.exp(sum(math.log(t.incumbent_us / t.kernel_us) for t in ts) / len(ts))
+
 
 @dataclass
 class CandidateRecord:
@@ -132,13 +141,10 @@ class CandidateRecord:
         if self.evaluate is not None and self.evaluate.status is not StageStatus.NOT_RUN:
             parts.append(self.evaluate.verdict)
             if self.evaluate.timings:
-                import math
-
                 ts = self.evaluate.timings
                 g = math.exp(sum(math.log(t.kernel_us) for t in ts) / len(ts))
                 parts.append(f"geomean {g:.2f} us")
-                if all(t.incumbent_us for t in ts):
-                    x = math.exp(sum(math.log(t.incumbent_us / t.kernel_us) for t in ts) / len(ts))
+                if (x := self.evaluate.vs_promoted()) is not None:
                     parts.append(f"{x:.2f}x the promoted {self.evaluate.incumbent or 'kernel'}")
         else:
             parts.append("compiled; GPU stages not run")

@@ -95,24 +95,28 @@ def search_points(cand, tp: int) -> list:
             for b in SEARCH_BATCHES if sc.contains_batch(b) for s in states for sh in shapes]
 
 
-def promoted_incumbent(cand, points) -> Any:
-    """The op's promoted kernel (kernels_generated/promoted.json) to time beside `cand` at the
-    search points, so every draft is measured against what it would replace: None when the op
-    has none, when `cand` is it, or when its scope misses a point (then the worker would call it
-    outside its scope). A manifest entry whose folder cannot be loaded is skipped, not fatal: the
-    search goes on against the reference alone. All or nothing: the worker times the incumbent at
-    every point or at none."""
+def promoted_candidate(op: str) -> Any:
+    """The op's promoted kernel (kernels_generated/promoted.json) as a loaded Candidate, or None
+    when the op has none or its entry cannot be loaded (the search then goes on without it)."""
     from ..errors import UserError
     from ..paths import root
     from ..promotion import read_manifest
     from ..toolchain.candidate import load_candidate
 
     try:
-        entry = next((e for e in read_manifest(root()) if e["op"] == cand.op), None)
-        if entry is None or entry["candidate"] == cand.id:
-            return None
-        inc = load_candidate(cand.op, entry["candidate"])
+        entry = next((e for e in read_manifest(root()) if e["op"] == op), None)
+        return load_candidate(op, entry["candidate"]) if entry else None
     except (UserError, OSError, ValueError, KeyError):
+        return None
+
+
+def promoted_incumbent(cand, points) -> Any:
+    """The op's promoted kernel to time beside `cand` at the search points, so every draft is
+    measured against what it would replace: None when the op has none, when `cand` is it, or
+    when its scope misses a point (then the worker would call it outside its scope). All or
+    nothing: the worker times the incumbent at every point or at none."""
+    inc = promoted_candidate(cand.op)
+    if inc is None or inc.id == cand.id:
         return None
     sc = inc.scope
     if not all(sc.contains_batch(p.batch) and p.tp in sc.tp
@@ -151,8 +155,8 @@ def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
                                   state_dtype=pt.state_dtype, shape=pt.shape))
     status = StageStatus.OK if verdict == "OK" else (StageStatus.NOT_RUN if verdict == "NOT_RUN" else StageStatus.FAILED)
     detail = rep.message + (("\n" + rep.worker_log_tail) if verdict not in ("OK", "WRONG") and rep.worker_log_tail else "")
-    if getattr(rep, "incumbent_errors", None):
+    if rep.incumbent_errors:
         detail += "\n(promoted kernel not timed at " + "; ".join(rep.incumbent_errors)[:400] + ")"
     timed_inc = any(t.incumbent_us is not None for t in timings)
     return EvalInfo(status, verdict, trim_error(detail, 1500), mismatches[:8], timings,
-                    incumbent=getattr(rep, "incumbent_id", None) if timed_inc else None)
+                    incumbent=rep.incumbent_id if timed_inc else None)

@@ -44,6 +44,19 @@ def _other_candidate(op: str) -> str:
                 if p.is_dir() and p.name != promoted)
 
 
+def _install_promoted(root: Path) -> tuple[str, dict]:
+    """Copy the checkout's promoted moe_router folder under `root` and name it in a promoted.json
+    there; returns (its id, its candidate.json)."""
+    import shutil
+
+    promoted = _promoted(OP)
+    kg = root / "kernels_generated"
+    shutil.copytree(REPO / "kernels_generated" / OP / promoted, kg / OP / promoted)
+    meta = json.loads((kg / OP / promoted / "candidate.json").read_text())
+    (kg / "promoted.json").write_text(json.dumps([{"op": OP, "candidate": promoted, "scope": meta["scope"]}]))
+    return promoted, meta
+
+
 # ---- records ---------------------------------------------------------------------------------
 def test_old_run_log_timing_reads_its_incumbent_as_the_reference():
     old = {"batch": 8, "tp": 8, "kernel_us": 9.5, "incumbent_us": 90.0, "floor_us": 2.7, "compiled_us": 69.4}
@@ -285,10 +298,8 @@ def test_compile_stage_builds_a_tp16_only_candidate_at_tp16(monkeypatch):
 
 # ---- the template search starts around the promoted kernel -------------------------------------------
 def test_template_search_starts_around_the_promoted_render(tmp_path, monkeypatch):
-    import shutil
-
     from harness import paths
-    from harness.agent.families import load_families, params_key
+    from harness.agent.families import load_families
     from harness.agent.loop import promoted_proposal
 
     fams = load_families(OP, paths.prompts_dir())
@@ -299,9 +310,7 @@ def test_template_search_starts_around_the_promoted_render(tmp_path, monkeypatch
     assert prop.params == meta["provenance"]["template"]["params"]
     # a promoted kernel written whole (no template provenance), or none at all: no starting point
     root = tmp_path / "root"
-    shutil.copytree(REPO / "kernels_generated" / OP / promoted, root / "kernels_generated" / OP / promoted)
-    (root / "kernels_generated" / "promoted.json").write_text(json.dumps([{"op": OP, "candidate": promoted,
-                                                                            "scope": meta["scope"]}]))
+    _, meta = _install_promoted(root)
     meta["provenance"]["template"] = None
     (root / "kernels_generated" / OP / promoted / "candidate.json").write_text(json.dumps(meta))
     monkeypatch.setenv("HARNESS_ROOT", str(root))
@@ -315,11 +324,7 @@ def test_optimize_logs_the_first_round_around_the_promoted_kernel(harness_root):
 
     from harness.agent.families import params_key
 
-    promoted = _promoted(OP)
-    kg = harness_root / "kernels_generated"
-    shutil.copytree(REPO / "kernels_generated" / OP / promoted, kg / OP / promoted)
-    meta = json.loads((kg / OP / promoted / "candidate.json").read_text())
-    (kg / "promoted.json").write_text(json.dumps([{"op": OP, "candidate": promoted, "scope": meta["scope"]}]))
+    promoted, meta = _install_promoted(harness_root)
     for sub in (OP, "_shared"):
         shutil.copytree(REPO / "prompts" / "kernels" / sub, harness_root / "prompts" / "kernels" / sub)
     cfg = OptimizeConfig(op=OP, agent="template", rounds=1, candidates_per_round=3, archs=["sm_90a"],
@@ -341,14 +346,8 @@ def test_optimize_logs_the_first_round_around_the_promoted_kernel(harness_root):
 
 
 def test_first_llm_draft_prompt_shows_the_promoted_kernel(harness_root):
-    import shutil
-
-    promoted = _promoted(OP)
-    kg = harness_root / "kernels_generated"
-    shutil.copytree(REPO / "kernels_generated" / OP / promoted, kg / OP / promoted)
-    meta = json.loads((kg / OP / promoted / "candidate.json").read_text())
-    (kg / "promoted.json").write_text(json.dumps([{"op": OP, "candidate": promoted, "scope": meta["scope"]}]))
-    source = (kg / OP / promoted / "kernel.py").read_text()
+    promoted, _ = _install_promoted(harness_root)
+    source = (harness_root / "kernels_generated" / OP / promoted / "kernel.py").read_text()
     script = [("reply", fenced(tiny_kernel())), ("reply", fenced("# again\n" + tiny_kernel()))]
     cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=2, candidates_per_round=1, archs=["sm_90a"],
                          retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1, run_gates=False)
