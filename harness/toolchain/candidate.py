@@ -71,6 +71,13 @@ class Scope:
     def contains_batch(self, batch: int) -> bool:
         return self.batch[0] <= batch <= self.batch[1]
 
+    def contains(self, point: Any) -> bool:
+        """Does this scope cover a harness.opdef.Point (batch, TP, state dtype, named shape)? A
+        scope that names no shapes covers only the op's default shape (point.shape == "")."""
+        return (self.contains_batch(point.batch) and point.tp in self.tp
+                and (not self.state_dtypes or point.state_dtype in self.state_dtypes)
+                and (point.shape in self.shapes if self.shapes else point.shape == ""))
+
 
 @dataclass(frozen=True)
 class Provenance:

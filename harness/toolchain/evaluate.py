@@ -130,7 +130,8 @@ def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str]
 
         raise UserError(f"points {out_of_scope} are outside the candidate's scope {cand.scope.to_json()}")
     job = {"kind": "evaluate", "op": cand.op, "kernel_path": str(cand.kernel_path), "options": COMPILE_OPTIONS,
-           "points": [_point_json(defn, p) for p in points], "n_sets": n_input_sets, "time": time_it,
+           "points": [{**_point_json(defn, p), "incumbent": incumbent is not None and incumbent.scope.contains(p)}
+                      for p in points], "n_sets": n_input_sets, "time": time_it,
            "vs_compiled_ref": vs_compiled_ref,
            "incumbent_path": str(incumbent.kernel_path) if incumbent is not None else None,
            "incumbent_archs": list(incumbent.scope.archs) if incumbent is not None else []}

@@ -171,7 +171,7 @@ def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:
                 continue
             if job.get("time"):
                 incumbent = None
-                if time_incumbent:
+                if time_incumbent and pd.get("incumbent", True):   # only where its scope covers the point
                     if key not in incumbent_by_key:
                         try:
                             incumbent_by_key[key] = _load_incumbent(job, pt, pd.get("static", {}))

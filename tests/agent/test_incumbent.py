@@ -92,6 +92,8 @@ def test_promoted_incumbent_none_outside_its_scope_or_without_a_manifest(tmp_pat
     inc_scope = load_candidate(OP, _promoted(OP)).scope
     outside = max(inc_scope.tp) * 2
     assert promoted_incumbent(other, [Point(batch=1, tp=outside)]) is None
+    # covering part of the points is enough: the worker times it only there
+    assert promoted_incumbent(other, [Point(batch=1, tp=outside), Point(batch=1, tp=8)]).id == _promoted(OP)
     monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))                         # no kernels_generated here
     assert promoted_incumbent(other, [Point(batch=1, tp=8)]) is None
 
@@ -144,6 +146,31 @@ def test_eval_info_without_an_incumbent_and_with_its_build_failures():
     assert info.timings[0].incumbent_us is None and info.timings[0].reference_us == 55.2
     assert info.incumbent is None                              # named only when it was timed
     assert "promoted kernel not timed at B1 TP8: RuntimeError: no bf16 build" in info.detail
+
+
+def test_the_worker_is_told_where_the_incumbent_may_run(monkeypatch):
+    """A draft whose scope reaches past the promoted kernel's (here a shape it lacks) is timed
+    against it at the shared points only: each point of the worker's job says whether to."""
+    import harness.toolchain.evaluate as ev
+    from harness.toolchain.sandbox import SandboxResult
+    from harness.toolchain.verdict import Verdict
+
+    jobs: list[dict] = []
+
+    def fake_run_job(job, timeout_s, *a, **kw):       # the GPU worker cannot run here
+        jobs.append(job)
+        return SandboxResult(Verdict.OK, {"points": []}, "ok", 0, None, False, 0.0)
+
+    monkeypatch.setattr(ev, "run_job", fake_run_job)
+    monkeypatch.setattr(ev, "compile_matrix", lambda *a, **kw: [])
+    skinny = load_candidate("skinny_gemm", _promoted("skinny_gemm"))
+    pts = [Point(batch=1, tp=8, shape=skinny.scope.shapes[0]), Point(batch=1, tp=8, shape="kda_in_proj")]
+    assert "kda_in_proj" not in skinny.scope.shapes
+    wide = load_candidate("skinny_gemm", _other_candidate("skinny_gemm"))
+    ev.evaluate_candidate(wide, pts, incumbent=skinny, run_gpu=True, check_static=False)
+    assert [p["incumbent"] for p in jobs[0]["points"]] == [True, False]
+    ev.evaluate_candidate(wide, pts, incumbent=None, run_gpu=True, check_static=False)
+    assert [p["incumbent"] for p in jobs[1]["points"]] == [False, False]
 
 
 # ---- the worker compiles the incumbent per TP and static key -----------------------------------------

@@ -66,3 +66,18 @@ def test_committed_moe_router_candidate_loads():
     cands = list_candidates("moe_router")
     assert cands, "the hand-written moe_router candidate is missing"
     assert all(c.provenance.author for c in cands)
+
+
+def test_scope_contains_a_point_by_batch_tp_state_dtype_and_shape():
+    from harness.opdef import Point
+
+    s = Scope(tp=(8,), batch=(1, 8), state_dtypes=("fp32",))
+    assert s.contains(Point(batch=8, tp=8))
+    assert not s.contains(Point(batch=9, tp=8))
+    assert not s.contains(Point(batch=1, tp=16))
+    assert not s.contains(Point(batch=1, tp=8, state_dtype="bf16"))
+    assert Scope().contains(Point(batch=1, tp=8, state_dtype="bf16"))      # no state dtypes named: any
+    shaped = Scope(shapes=("latent_down", "latent_up"))
+    assert shaped.contains(Point(batch=1, tp=8, shape="latent_up"))
+    assert not shaped.contains(Point(batch=1, tp=8, shape="mla_qkv_a"))
+    assert not Scope().contains(Point(batch=1, tp=8, shape="latent_up"))  # no shapes named: the default only
