@@ -31,6 +31,7 @@ def _gpu(name: str):
 
 
 def _point(defn, batch: int, tp: int, context: int, routing: str, state_dtype: str, shape: str = ""):
+    from .agent.stages import POINT_CONTEXT
     from .opdef import Point, RoutingProfile, check_point
 
     try:
@@ -38,7 +39,7 @@ def _point(defn, batch: int, tp: int, context: int, routing: str, state_dtype: s
     except ValueError:
         raise UserError(f"unknown routing profile '{routing}' (choose from {', '.join(p.value for p in RoutingProfile)})") from None
     if defn.uses_context and context == 0:
-        context = 1024
+        context = POINT_CONTEXT
     shapes = defn.extra.get("shape_names")
     if shape and not shapes:
         import reference_impls  # noqa: PLC0415

@@ -17,6 +17,7 @@ from ..hardware import GpuProfile, roofline
 from ..opdef import BATCH_MAX, OpDefinition, Point
 from .providers import Message
 from .records import CandidateRecord
+from .stages import POINT_CONTEXT
 
 PROMPT_POINTS = (1, 8, 64)        # batches shown in the drafting prompt's target table
 
@@ -60,7 +61,7 @@ def draft_prompt(defn: OpDefinition, profile: GpuProfile, tp: int, best: Candida
     run has no best kernel yet: a first draft starts from what is in production."""
     mod = inspect.getmodule(defn.reference)
     ref_src = inspect.getsource(mod) if mod is not None else inspect.getsource(defn.reference)
-    p1 = Point(batch=1, tp=tp, context=1024 if defn.uses_context else 0)
+    p1 = Point(batch=1, tp=tp, context=POINT_CONTEXT if defn.uses_context else 0)
     shapes1 = defn.shapes(p1)
     tensors = [{"name": t.name, "role": t.role.value, "dtype": t.dtype, "shape": list(t.shape),
                 "shape_b1": list(shapes1[t.name]), "doc": t.doc} for t in defn.inputs + defn.outputs]

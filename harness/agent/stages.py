@@ -68,6 +68,8 @@ class ToolchainStages:
 
 
 SEARCH_BATCHES = (1, 8, 64)        # batches timed during the search; the perf gate sweeps all
+POINT_CONTEXT = 1024               # tokens of KV cache at a single check of an op that reads one
+                                   # (search, prompts, `harness eval`); the gates sweep opdef.SWEEP_CONTEXTS
 
 
 def search_tp(cand, tp: int) -> int:
@@ -90,7 +92,7 @@ def search_points(cand, tp: int) -> list:
     tp = search_tp(cand, tp)
     states = [s for s in (sc.state_dtypes or defn.state_dtypes[:1]) if s in defn.state_dtypes]
     shapes = list(sc.shapes) or [""]
-    ctx = 1024 if defn.uses_context else 0
+    ctx = POINT_CONTEXT if defn.uses_context else 0
     return [Point(batch=b, tp=tp, context=ctx, state_dtype=s, shape=sh)
             for b in SEARCH_BATCHES if sc.contains_batch(b) for s in states for sh in shapes]
 
