@@ -17,7 +17,7 @@ from .. import paths
 from ..errors import UserError
 from ..hardware import TARGET_ARCHS, gpu
 from .agents import Draft, LLMAgent, ParentContext, TemplateAgent
-from .budget import Budget
+from .budget import Budget, StopReason
 from .families import load_families
 from .prompting import draft_prompt, feedback_prompt, geomean, system_prompt
 from .providers import RetryPolicy, make_provider
@@ -119,13 +119,16 @@ class Optimizer:
             if (why := self.budget.exhausted()) is not None:
                 self._emit(EventKind.STOPPED, f"stopped: {why.value}", reason=why.value, round=r)
                 break
-            self._round(r)
+            if not self._round(r):
+                break
         if not self.state.finished:
             self._finish()
         self.write_summary()
         return self.state
 
-    def _round(self, r: int) -> None:
+    def _round(self, r: int) -> bool:
+        """One round; False when the time limit stopped it before every draft was evaluated
+        (the round stays open: --resume evaluates the rest)."""
         if r not in self.state.rounds_started:
             self._emit(EventKind.ROUND_STARTED, f"round {r}", round=r)
         drafts = self._drafts(r)
@@ -133,10 +136,19 @@ class Optimizer:
             self._land(d)
         ids = self.state.round_ids(r)
         self._stages(ids)
+        waiting = [cid for cid in ids if not self.state.has_stage(cid, "score")]
+        if waiting:
+            why = self.budget.exhausted()
+            reason = why.value if why is not None else StopReason.TIME.value
+            self._emit(EventKind.STOPPED, f"stopped: {reason}; not evaluated: {', '.join(waiting)} "
+                       f"(harness optimize --op {self.cfg.op} --resume {self.log.folder.name})",
+                       reason=reason, round=r, not_evaluated=waiting)
+            return False
         best = self.state.ranked()[0] if self.state.ranked() else None
         self._emit(EventKind.ROUND_FINISHED, f"round {r} done", round=r,
                    best=best.id if best else None, best_score=best.score if best else None)
         self.write_summary()
+        return True
 
     # ---- drafting --------------------------------------------------------------------
     def _pending_slots(self, r: int) -> list[int]:
@@ -243,6 +255,10 @@ class Optimizer:
             rec = self.state.records[cid]
             if not self.state.has_stage(cid, "evaluate"):
                 if rec.static_ok and rec.compiled_everywhere:
+                    if self.stages.has_gpu and self.budget.exhausted() is StopReason.TIME:
+                        # a GPU evaluation takes tens of seconds: none starts past --time-limit;
+                        # the draft stays unscored for --resume (the round is not finished)
+                        continue
                     info = self.stages.evaluate(cands[cid])
                     self._emit(EventKind.STAGE, f"{cid}: evaluate {info.verdict}", id=cid, stage="evaluate",
                                result=asdict(info))

@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # `harness optimize --op <op> --promote` end to end on the lent H200 (issue 6):
 #
-#   source scripts/gpu/at_head.sh && bash scripts/gpu/optimize_promote.sh [OP] [TIME_LIMIT_S]
-#   (default moe_router, 300; run carry: [".device", ".whl"])
+#   source scripts/gpu/at_head.sh && [HARD_S=N] bash scripts/gpu/optimize_promote.sh [OP] [TIME_LIMIT_S] [ARGS...]
+#   (default moe_router, 300; ARGS go to `harness optimize`, e.g. --rounds 1; run carry:
+#   [".device", ".whl"])
+#
+# --time-limit stops new work (no draft's GPU evaluation and no gates start past it), but work in
+# flight finishes. HARD_S (default TIME_LIMIT_S + 240) interrupts the run for good (SIGINT, then
+# SIGKILL); what it did is copied out either way (session 24 lost a whole run to an outer
+# `timeout` that killed this script before its copy).
 #
 # at_head.sh gives the device copy a git history (isolation needs a base, `--promote` a HEAD
 # to branch from) and a git identity. Writes into $OUT:
@@ -14,6 +20,8 @@
 set -uo pipefail
 OP=${1:-moe_router}
 LIMIT=${2:-300}
+shift $(( $# < 2 ? $# : 2 ))
+HARD_S=${HARD_S:-$(( LIMIT + 240 ))}
 git rev-parse --verify -q HEAD >/dev/null || { echo "no git history: source scripts/gpu/at_head.sh first" >&2; exit 2; }
 OUT=${OUT:-/tmp/optimize_out}
 mkdir -p "$OUT"
@@ -21,8 +29,9 @@ export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3-harness-cache}
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader) HEAD $(git rev-parse --short HEAD)" >"$OUT/optimize.log"
 before=$(ls "kernels_generated/$OP")
 t0=$(date +%s)
-python3 -m harness.cli optimize --op "$OP" --promote --time-limit "$LIMIT" --json >"$OUT/optimize.json" 2>>"$OUT/optimize.log"
-echo "== optimize exit $? after $(( $(date +%s) - t0 )) s" >>"$OUT/optimize.log"
+timeout -s INT -k 20 "$HARD_S" python3 -m harness.cli optimize --op "$OP" --promote --time-limit "$LIMIT" --json "$@" \
+  >"$OUT/optimize.json" 2>>"$OUT/optimize.log"
+echo "== optimize exit $? after $(( $(date +%s) - t0 )) s (124: interrupted at HARD_S=$HARD_S)" >>"$OUT/optimize.log"
 run=$(ls -td runs/*/ 2>/dev/null | head -1)
 [ -n "$run" ] && cp -r "$run" "$OUT/run"
 mkdir -p "$OUT/candidates"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200 proof of the toolchain (issue 4): evaluate the hand-written moe_router candidate end
+# H200 proof of the toolchain (issue 4): evaluate the promoted moe_router candidate end
 # to end with `harness eval`, then run the GPU-marked toolchain tests (wrong-answer and
 # illegal-address kernels classified, worker replaced, canary, next good candidate correct).
 # Run from the checkout root on the GPU machine:
@@ -12,8 +12,9 @@ mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HARNESS_CACHE="$OUT/cache"
 CAND=${CAND:-$(python3 -c "
-from harness.toolchain import list_candidates
-print(next(c.id for c in list_candidates('moe_router') if c.provenance.author == 'human'))")}
+from harness.paths import root
+from harness.promotion import read_manifest
+print(next(e['candidate'] for e in read_manifest(root()) if e['op'] == 'moe_router'))")}
 echo "candidate: $CAND"
 python3 -m harness.cli eval moe_router "$CAND" --batch 1,8,64 --tp 8 2>&1 | tee "$OUT/eval_moe_router.txt"
 eval_rc=${PIPESTATUS[0]}

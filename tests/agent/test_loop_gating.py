@@ -226,3 +226,61 @@ def test_isolation_judges_the_pr_shaped_change(project):
     _git(project, "commit", "-q", "-am", "edit the reference")
     pr = isolation_as_pr(ctx)
     assert pr.verdict.value == "fail" and any("reference_impls/moe_router.py" in r for r in pr.reasons), pr.reasons
+
+
+class LimitPassesDuringFirstEvaluation(VerifiedOnPaperStages):
+    """A GPU run (has_gpu) whose --time-limit passes while the first draft is being evaluated."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.has_gpu = True
+        self.budget = None
+
+    def evaluate(self, cand) -> EvalInfo:
+        info = super().evaluate(cand)
+        if self.budget is not None:
+            self.budget.time_limit_s = 0.0
+        return info
+
+
+def test_the_time_limit_stops_gpu_evaluations_mid_round_and_resume_finishes_them(project):
+    """No GPU evaluation (tens of seconds each) starts past --time-limit, even inside a round:
+    the round stays open, the STOPPED event names the drafts left and the resume command, and
+    `--resume` evaluates exactly those, finishes the round and runs the gates it had skipped."""
+    import harness.agent.gating as gating
+    from harness.agent.loop import resume
+
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=1, candidates_per_round=2, archs=["sm_90a"],
+                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1, time_limit_s=3600.0)
+    first = LimitPassesDuringFirstEvaluation()
+    gated: list[str] = []
+    mp = pytest.MonkeyPatch()
+    mp.setattr(gating, "run_full_gates", lambda op, cid, *a, **kw: gated.append(cid) or
+               {"candidate": cid, "passed": False, "verdicts": {}, "evidence": None})
+    try:
+        with ScriptedLLM([("reply", fenced(tiny_kernel())), ("reply", fenced("# two\n" + tiny_kernel()))]) as srv:
+            cfg.base_url = srv.url + "/v1"
+            said: list[str] = []
+            opt = start(cfg, run_id="t-limit", stages=first, listener=lambda msg, state: said.append(msg))
+            first.budget = opt.budget
+            st = opt.run()
+        ids = st.round_ids(1)
+        assert len(ids) == 2 and first.evaluated == ids[:1]
+        assert 1 not in st.rounds_finished and gated == []
+        log = RunLog.open(project / "runs", "t-limit")
+        (stop,) = [e for e in log.events if e.kind is EventKind.STOPPED]
+        assert stop.data["not_evaluated"] == ids[1:] and stop.data["reason"] == "time limit reached"
+        assert any(m.startswith("stopped: time limit reached; not evaluated: ") and
+                   m.endswith(f"(harness optimize --op {OP} --resume t-limit)") for m in said)
+        assert st.gates["ran"] is False and st.gates["reason"].startswith("time limit reached")
+
+        second = VerifiedOnPaperStages()
+        second.has_gpu = True
+        again = resume("t-limit", {"time_limit_s": None}, stages=second)
+        st2 = again.run()
+    finally:
+        mp.undo()
+    assert second.evaluated == ids[1:]                      # only the draft left, nothing twice
+    assert 1 in st2.rounds_finished and st2.finished and st2.stopped is None
+    assert {r.id for r in st2.ranked()} == set(ids)
+    assert gated == [st2.ranked()[0].id] and st2.gates["ran"] is True

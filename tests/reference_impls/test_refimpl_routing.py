@@ -1,6 +1,7 @@
 """moe_router top-k tie handling through harness.compare, and the routing profiles' skew."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import reference_impls
@@ -84,3 +85,39 @@ def test_moe_experts_min_bytes_follow_routing() -> None:
     uni = d.min_bytes(Point(64, 8, routing=RoutingProfile.UNIFORM))
     assert d.min_bytes(Point(64, 8, routing=RoutingProfile.ZIPF)) < 0.8 * uni
     assert d.min_bytes(Point(1, 8, routing=RoutingProfile.HOT)) == d.min_bytes(Point(1, 8))
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known oracle defect, found in session 24 (an H200 run judged the human router 9d6bff WRONG on "
+    "topk_weights at one input set): harness.compare accepts a tie-swapped id but still compares the "
+    "weights by id position against the reference's set, so a correct choice between near-tied experts "
+    "with different biases fails. The fix (weights expected from the reference scores of the kernel's "
+    "own ids) belongs in harness/compare.py, which is in the gate-code hash: it needs every promoted "
+    "kernel re-gated (scripts/gpu/regate.sh), more device time than session 24 had. Remove this "
+    "marker with that fix."))
+def test_near_tie_between_experts_of_different_bias_accepts_the_kernels_weights() -> None:
+    """Experts 3 and 5 sit at the top-16 boundary with keys equal to within an ulp, but their
+    unbiased scores differ by their bias difference: a kernel may choose either, and its weights
+    are then the renormalized scores of its own set."""
+    d = reference_impls.get("moe_router")
+    inp = d.make_inputs(Point(1), torch.Generator().manual_seed(0), "cpu")
+    scores = torch.sigmoid(inp["x"].float() @ inp["router_weight"].float().t())
+    bias = torch.full((896,), -5.0)
+    bias[20:35] = 5.0
+    bias[3] = 0.0
+    bias[5] = (scores[0, 3] - scores[0, 5]).item()              # key 5 == key 3, to an ulp
+    assert abs(bias[5].item()) > 1e-3                            # so the two scores differ
+    inp = dict(inp, e_score_bias=bias)
+    ref = d.run_reference(inp)
+    key = d.extra["selection_key"](inp)
+    assert abs(key[0, 3].item() - key[0, 5].item()) <= 1e-6
+    ids = ref["topk_ids"][0].tolist()
+    assert (3 in ids) != (5 in ids)
+    chosen, other = (3, 5) if 3 in ids else (5, 3)
+    swapped_ids = ref["topk_ids"].clone()
+    swapped_ids[0, ids.index(chosen)] = other
+    swapped_w = scores.gather(1, swapped_ids.long())
+    swapped_w = swapped_w / swapped_w.sum(-1, keepdim=True)
+    res = compare(d, {"topk_ids": swapped_ids, "topk_weights": swapped_w}, ref, inputs=inp)
+    assert res.tensors["topk_ids"].ok                            # the tie is accepted for the ids ...
+    assert res.ok, res.summary()                                 # ... and should be for their weights
