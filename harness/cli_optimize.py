@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
         k: Optional[int] = typer.Option(None, "--candidates-per-round", help="Candidates drafted per round (default 3)."),
         budget_usd: Optional[float] = typer.Option(None, "--budget-usd", help="Stop drafting once LLM cost reaches this."),
         max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Stop drafting once this many LLM tokens are used."),
-        time_limit_s: Optional[float] = typer.Option(None, "--time-limit", help="Stop starting new work (a round, the final gates) after this many seconds; a round under way finishes."),
+        time_limit_s: Optional[float] = typer.Option(None, "--time-limit", help="Start no new work (a round, a draft's GPU evaluation, the final gates) after this many seconds; work under way finishes."),
         gpu: str = typer.Option("h200", "--gpu", help="GPU profile for the roofline and evaluation (h200, h100, b200, gb300)."),
         resume: Optional[str] = typer.Option(None, "--resume", help="Continue the run with this id (runs/<id>/)."),
         promote: bool = typer.Option(False, "--promote", help="Promote the best candidate if every gate passes."),
@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         """Draft, compile, test and refine kernels for one op; gate the best one."""
         import reference_impls
 
-        from .agent.display import LiveView, print_summary
+        from .agent.display import LineLog, LiveView, print_summary
         from .agent.loop import OptimizeConfig, resume as resume_run, start
         from .hardware import gpu as gpu_profile
 
@@ -49,7 +49,7 @@ def register(app: typer.Typer) -> None:
                                            ("max_tokens_total", max_tokens), ("time_limit_s", time_limit_s)) if v is not None}
         live = not json_out and sys.stderr.isatty()
         view = LiveView(f"optimize {op}") if live else None
-        listener = view if view is not None else None
+        listener = view if view is not None else LineLog()
         if resume:
             if promote:
                 overrides["promote"] = True

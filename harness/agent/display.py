@@ -88,3 +88,22 @@ def print_summary(s: dict[str, Any]) -> None:
     if p:
         c.print(f"promotion: {'promoted on ' + p.get('branch', '') if p.get('ok') else 'refused: ' + p.get('reason', '')}")
     c.print(f"[dim]run folder: runs/{s['run_id']}  (resume with --resume {s['run_id']})[/dim]")
+
+
+class LineLog:
+    """Progress for a log file, not a terminal (stderr not a tty, or --json): one timestamped
+    line per event with a message, so a run on a lent machine leaves a readable trail."""
+
+    def __init__(self, stream: Any = None) -> None:
+        import sys
+        import time
+
+        self.stream = stream if stream is not None else sys.stderr
+        self.t0 = time.monotonic()
+
+    def __call__(self, msg: str, st: RunState) -> None:
+        import time
+
+        if msg:
+            print(f"[{time.monotonic() - self.t0:7.1f} s] {msg}", file=self.stream, flush=True)
+
