@@ -99,7 +99,11 @@ def _describe(kind: str, d: dict[str, Any]) -> str:
     if kind in ("gates", "promoted"):
         return ", ".join(f"{k}={v}" for k, v in d.items() if isinstance(v, (str, int, float, bool)))[:300]
     if kind == "stopped":
-        return f"stopped: {d.get('reason')}"
+        left = d.get("not_evaluated") or []
+        return f"stopped: {d.get('reason')}" + (f"; not evaluated: {', '.join(left)} (--resume evaluates them)"
+                                                if left else "")
+    if kind == "run_resumed":
+        return f"resumed (rounds finished before: {', '.join(map(str, d.get('rounds_finished') or [])) or 'none'})"
     if kind == "run_started":
         return f"op {(d.get('config') or {}).get('op')}, agent {(d.get('config') or {}).get('agent')}"
     return ""

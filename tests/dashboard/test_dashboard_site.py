@@ -157,3 +157,26 @@ def test_cli_build_json(site, tmp_path, monkeypatch):
     out = json.loads(res.stdout)
     assert out["candidates"] == 3 and out["runs"] == 1 and out["promotion_events"] >= 1
     assert Path(out["index"]).is_file()
+
+
+def test_a_run_stopped_mid_round_and_resumed_reads_as_it_happened(tmp_path):
+    """The H200 run of session 24 (results/h200/session24/): --time-limit stopped round 1 with two
+    drafts not evaluated, and --resume evaluated them and finished the run."""
+    import shutil
+    from pathlib import Path
+
+    from harness.dashboard.runs import read_run
+
+    real = Path(__file__).resolve().parents[2] / "results" / "h200" / "session24" / "optimize_limit_events.jsonl"
+    folder = tmp_path / "20261202-095656-moe_router-cee72e"
+    folder.mkdir()
+    shutil.copy(real, folder / "events.jsonl")
+    rv = read_run(folder)
+    said = [e.text for e in rv.events[::-1]]
+    assert ("stopped: time limit reached; not evaluated: 6364129076cb, ffcc5bb693af (--resume evaluates them)"
+            in said)
+    assert "resumed (rounds finished before: none)" in said
+    assert rv.finished and rv.stopped is None
+    (r1,) = rv.rounds
+    assert r1.finished_ts is not None and len(r1.candidates) == 3
+    assert all(c.evaluate == "OK" for c in rv.candidates)
