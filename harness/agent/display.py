@@ -1,6 +1,8 @@
 """What a person sees: a live table while the run works, one screen at the end."""
 from __future__ import annotations
 
+import sys
+import time
 from typing import Any
 
 from .state import RunState
@@ -95,15 +97,10 @@ class LineLog:
     line per event with a message, so a run on a lent machine leaves a readable trail."""
 
     def __init__(self, stream: Any = None) -> None:
-        import sys
-        import time
-
         self.stream = stream if stream is not None else sys.stderr
         self.t0 = time.monotonic()
 
     def __call__(self, msg: str, st: RunState) -> None:
-        import time
-
         if msg:
             print(f"[{time.monotonic() - self.t0:7.1f} s] {msg}", file=self.stream, flush=True)
 
