@@ -48,7 +48,8 @@ class OptimizeConfig:
     retry_base_delay_s: float = 1.0
     max_reply_attempts: int = 3           # malformed replies re-asked per slot
     max_output_tokens: int = 8192
-    compile_workers: int = 2
+    compile_workers: int | None = None    # compiles at once; None: toolchain.compile.default_jobs()
+                                          # (one per core up to 8; 2 on CI, 8 on the 16-core H200 host)
     run_gates: bool = True
 
     def to_json(self) -> dict[str, Any]:
@@ -244,7 +245,7 @@ class Optimizer:
                            stage="static", result={"ok": res.ok, "problems": res.problems})
         jobs = [(cid, a) for cid in ids if self.state.records[cid].static_ok
                 for a in self.cfg.archs if not self.state.has_stage(cid, "compile", a)]
-        with ThreadPoolExecutor(max_workers=max(1, self.cfg.compile_workers)) as pool:
+        with ThreadPoolExecutor(max_workers=self.compile_workers()) as pool:
             futs = {pool.submit(self.stages.compile, cands[cid], a): (cid, a) for cid, a in jobs}
             for fut in futs:
                 cid, a = futs[fut]
@@ -266,6 +267,13 @@ class Optimizer:
                 score, kind = self._score(rec)
                 self._emit(EventKind.STAGE, "", id=cid, stage="score",
                            result={"score": score, "kind": kind.value if kind else None})
+
+    def compile_workers(self) -> int:
+        """Compiles the stage runs at once: --config's compile_workers, else the toolchain's
+        default (HARNESS_COMPILE_JOBS, or one per core up to 8)."""
+        from ..toolchain.compile import default_jobs
+
+        return max(1, self.cfg.compile_workers or default_jobs())
 
     def _score(self, rec: CandidateRecord) -> tuple[float | None, ScoreKind | None]:
         """Lower is better. Measured geomean time if verified; compile proxy if the GPU

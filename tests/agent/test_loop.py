@@ -109,3 +109,14 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(harness_root):
     assert st.finished and sorted(st.rounds_finished) == [1, 2, 3]
     assert any(e.kind is EventKind.RUN_RESUMED for e in after)
     assert not files_contain(harness_root / "runs", FAKE_ANTHROPIC_KEY)
+
+
+def test_compile_workers_follow_the_toolchains_default_unless_set(harness_root, monkeypatch):
+    """The loop compiled 2 at a time on the 16-core H200 host (session 24: 9 compiles took
+    ~50 s); it now uses the toolchain's default, one per core up to 8, or HARNESS_COMPILE_JOBS."""
+    monkeypatch.setenv("HARNESS_COMPILE_JOBS", "5")
+    assert start(OptimizeConfig(op="moe_router", agent="openai:gpt-4o"), run_id="t-jobs").compile_workers() == 5
+    assert start(OptimizeConfig(op="moe_router", agent="openai:gpt-4o", compile_workers=1), run_id="t-jobs1").compile_workers() == 1
+    monkeypatch.delenv("HARNESS_COMPILE_JOBS")
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert start(OptimizeConfig(op="moe_router", agent="openai:gpt-4o"), run_id="t-jobs16").compile_workers() == 8
