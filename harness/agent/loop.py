@@ -75,6 +75,7 @@ class Optimizer:
         self.profile = gpu(cfg.gpu)
         self.stages = stages or ToolchainStages(cfg.gpu, cfg.tp)
         self.listener = listener or (lambda msg, st: None)
+        self.worked = False          # this process ran a stage or finished a round
         self.state = RunState.replay(log)
         self.budget = Budget(cfg.max_tokens_total, cfg.budget_usd, cfg.time_limit_s)
         self.budget.charge(0, 0, self.state.cost_usd)     # spend replayed from the log
@@ -100,6 +101,8 @@ class Optimizer:
     def _emit(self, kind: EventKind, msg: str = "", **data: Any) -> None:
         ev = self.log.append(kind, **data)
         self.state.apply(ev.kind, ev.data)
+        if kind in (EventKind.STAGE, EventKind.ROUND_FINISHED):
+            self.worked = True
         if msg:
             self.listener(msg, self.state)
 
@@ -122,8 +125,10 @@ class Optimizer:
                 break
             if not self._round(r):
                 break
-        if not self.state.finished:
-            self._finish()
+        if not self.state.finished or self.worked:
+            # a resumed run that did more (say the drafts a --time-limit left) comes to its end
+            # again; one resumed after its end (or killed there) does not repeat it
+            self._finish(again=self.state.finished)
         self.write_summary()
         return self.state
 
@@ -290,7 +295,13 @@ class Optimizer:
         return None, None
 
     # ---- the end ---------------------------------------------------------------------
-    def _finish(self) -> None:
+    def _finish(self, again: bool = False) -> None:
+        if again:
+            if self.state.gates is not None and not self.state.gates.get("ran"):
+                # decided anew (the newest GATES / PROMOTED events are the ones a replay keeps)
+                self.state.gates = None
+                if self.state.promoted is not None and not self.state.promoted.get("ok"):
+                    self.state.promoted = None
         best = self.state.best_verified()
         if self.state.gates is None:
             if best is None:

@@ -39,13 +39,7 @@ class RunState:
         if kind is EventKind.RUN_STARTED:
             self.config = d["config"]
         elif kind is EventKind.RUN_RESUMED:
-            # a resumed run comes to its end again: what the last end left undone (gates not
-            # run, say past --time-limit, and the promotion they blocked) is decided anew
-            self.finished, self.stopped = False, None
-            if self.gates is not None and not self.gates.get("ran"):
-                self.gates = None
-                if self.promoted is not None and not self.promoted.get("ok"):
-                    self.promoted = None
+            self.stopped = None          # a resume ends the stop (a budget or --time-limit)
         elif kind is EventKind.ROUND_STARTED:
             self.rounds_started.add(d["round"])
         elif kind is EventKind.PROPOSALS:
