@@ -61,6 +61,9 @@ def print_summary(s: dict[str, Any]) -> None:
         c.print(f"LLM: {s['llm_calls']} requests, {s['tokens']} tokens, ${s['cost_usd']:.4f}")
     if s["stopped"]:
         c.print(f"[yellow]stopped early: {s['stopped']}[/yellow]")
+    if s.get("not_evaluated"):
+        c.print(f"[yellow]not evaluated on the GPU: {', '.join(s['not_evaluated'])} "
+                f"(harness optimize --op {s['op']} --resume {s['run_id']})[/yellow]")
     t = Table(show_lines=False)
     for col in ("r", "s", "candidate", "author", "result", "score"):
         t.add_column(col)

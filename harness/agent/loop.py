@@ -376,6 +376,10 @@ class Optimizer:
                                                "params": best.params},
             "speedup": speed, "llm_calls": st.llm_calls, "tokens": st.tokens,
             "cost_usd": round(st.cost_usd, 4), "stopped": st.stopped,
+            # compiled for every arch, never checked on the GPU (a --time-limit stop): --resume runs them
+            "not_evaluated": [r.id for r in sorted(st.records.values(), key=lambda c: (c.round, c.slot))
+                              if self.stages.has_gpu and r.static_ok and r.compiled_everywhere
+                              and r.id not in st.scored],
             "gates": st.gates, "promoted": st.promoted,
             "candidates_table": [
                 {"id": r.id, "round": r.round, "slot": r.slot, "author": r.author, "summary": r.summary(),

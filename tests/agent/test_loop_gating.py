@@ -243,7 +243,7 @@ class LimitPassesDuringFirstEvaluation(VerifiedOnPaperStages):
         return info
 
 
-def test_the_time_limit_stops_gpu_evaluations_mid_round_and_resume_finishes_them(project):
+def test_the_time_limit_stops_gpu_evaluations_mid_round_and_resume_finishes_them(project, capsys):
     """No GPU evaluation (tens of seconds each) starts past --time-limit, even inside a round:
     the round stays open, the STOPPED event names the drafts left and the resume command, and
     `--resume` evaluates exactly those, finishes the round and runs the gates it had skipped."""
@@ -273,6 +273,13 @@ def test_the_time_limit_stops_gpu_evaluations_mid_round_and_resume_finishes_them
         assert any(m.startswith("stopped: time limit reached; not evaluated: ") and
                    m.endswith(f"(harness optimize --op {OP} --resume t-limit)") for m in said)
         assert st.gates["ran"] is False and st.gates["reason"].startswith("time limit reached")
+        summary = json.loads((opt.log.folder / "summary.json").read_text())
+        assert summary["not_evaluated"] == ids[1:]
+        from harness.agent.display import print_summary
+
+        print_summary(summary)                           # what a person reads at the end
+        shown = " ".join(capsys.readouterr().out.split())
+        assert f"not evaluated on the GPU: {ids[1]} (harness optimize --op {OP} --resume t-limit)" in shown
 
         second = VerifiedOnPaperStages()
         second.has_gpu = True
@@ -284,3 +291,4 @@ def test_the_time_limit_stops_gpu_evaluations_mid_round_and_resume_finishes_them
     assert 1 in st2.rounds_finished and st2.finished and st2.stopped is None
     assert {r.id for r in st2.ranked()} == set(ids)
     assert gated == [st2.ranked()[0].id] and st2.gates["ran"] is True
+    assert json.loads((again.log.folder / "summary.json").read_text())["not_evaluated"] == []
