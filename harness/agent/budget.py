@@ -72,13 +72,17 @@ class Budget:
     def remaining_s(self) -> float | None:
         return None if self.time_limit_s is None else self.time_limit_s - self.elapsed_s()
 
+    def time_up(self) -> bool:
+        """The time limit alone has passed (GPU work costs time, not tokens)."""
+        rem = self.remaining_s()
+        return rem is not None and rem <= 0
+
     def exhausted(self) -> StopReason | None:
         with self._lock:
             if self.max_tokens is not None and self.tokens >= self.max_tokens:
                 return StopReason.TOKENS
             if self.max_cost_usd is not None and self.cost >= self.max_cost_usd:
                 return StopReason.COST
-        rem = self.remaining_s()
-        if rem is not None and rem <= 0:
+        if self.time_up():
             return StopReason.TIME
         return None

@@ -142,10 +142,9 @@ class Optimizer:
             self._land(d)
         ids = self.state.round_ids(r)
         self._stages(ids)
-        waiting = [cid for cid in ids if not self.state.has_stage(cid, "score")]
+        waiting = self.state.unscored(ids)
         if waiting:
-            why = self.budget.exhausted()
-            reason = why.value if why is not None else StopReason.TIME.value
+            reason = StopReason.TIME.value
             self._emit(EventKind.STOPPED, f"stopped: {reason}; not evaluated: {', '.join(waiting)} "
                        f"(harness optimize --op {self.cfg.op} --resume {self.log.folder.name})",
                        reason=reason, round=r, not_evaluated=waiting)
@@ -261,7 +260,7 @@ class Optimizer:
             rec = self.state.records[cid]
             if not self.state.has_stage(cid, "evaluate"):
                 if rec.static_ok and rec.compiled_everywhere:
-                    if self.stages.has_gpu and self.budget.exhausted() is StopReason.TIME:
+                    if self.stages.has_gpu and self.budget.time_up():
                         # a GPU evaluation takes tens of seconds: none starts past --time-limit;
                         # the draft stays unscored for --resume (the round is not finished)
                         continue
@@ -377,9 +376,7 @@ class Optimizer:
             "speedup": speed, "llm_calls": st.llm_calls, "tokens": st.tokens,
             "cost_usd": round(st.cost_usd, 4), "stopped": st.stopped,
             # compiled for every arch, never checked on the GPU (a --time-limit stop): --resume runs them
-            "not_evaluated": [r.id for r in sorted(st.records.values(), key=lambda c: (c.round, c.slot))
-                              if self.stages.has_gpu and r.static_ok and r.compiled_everywhere
-                              and r.id not in st.scored],
+            "not_evaluated": st.unscored(),
             "gates": st.gates, "promoted": st.promoted,
             "candidates_table": [
                 {"id": r.id, "round": r.round, "slot": r.slot, "author": r.author, "summary": r.summary(),

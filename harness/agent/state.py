@@ -98,6 +98,13 @@ class RunState:
             return cid in self.scored
         raise ValueError(stage)
 
+    def unscored(self, ids: list[str] | None = None) -> list[str]:
+        """Of `ids` (default: every candidate, in round and slot order), those never scored: a
+        GPU evaluation that --time-limit left for --resume."""
+        if ids is None:
+            ids = [r.id for r in sorted(self.records.values(), key=lambda c: (c.round, c.slot))]
+        return [cid for cid in ids if cid not in self.scored]
+
     def round_ids(self, round_no: int) -> list[str]:
         ids = [d["id"] for (r, _), d in sorted(self.drafts.items()) if r == round_no]
         return list(dict.fromkeys(ids))

@@ -12,9 +12,8 @@ mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export HARNESS_CACHE="$OUT/cache"
 CAND=${CAND:-$(python3 -c "
-from harness.paths import root
-from harness.promotion import read_manifest
-print(next(e['candidate'] for e in read_manifest(root()) if e['op'] == 'moe_router'))")}
+from harness.agent.stages import promoted_candidate
+print(promoted_candidate('moe_router').id)")}
 echo "candidate: $CAND"
 python3 -m harness.cli eval moe_router "$CAND" --batch 1,8,64 --tp 8 2>&1 | tee "$OUT/eval_moe_router.txt"
 eval_rc=${PIPESTATUS[0]}

@@ -50,12 +50,11 @@ gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU
 @pytest.mark.gpu
 @gpu
 def test_wrong_and_illegal_kernels_are_classified_and_the_next_good_one_still_passes(make_fixture, cache_root):
-    from harness.promotion import read_manifest
-    from harness.toolchain.candidate import load_candidate
+    from harness.agent.stages import promoted_candidate
 
     # the promoted router (the first human one, 9d6bff, picks near-tied experts in another order,
     # which harness.compare misjudges on the weights: see tests/reference_impls/test_refimpl_routing.py)
-    good = load_candidate("moe_router", next(e["candidate"] for e in read_manifest(REPO) if e["op"] == "moe_router"))
+    good = promoted_candidate("moe_router")
     ev = Evaluator(cache_root=cache_root, time_it=False, archs=["sm_90a"])
     points = [Point(batch=1), Point(batch=7)]
     wrong = ev.evaluate(make_fixture("wrong_answer"), points)
