@@ -127,6 +127,8 @@ def _evidence(root: Path, cv: CandidateView) -> None:
     model = cv.gates["numerics_model"]
     if model.badge is not Badge.MISSING:
         cv.model_runs = extract.model_runs(model.numbers)
+        fused = model.numbers.get("fused_kernels_off")
+        cv.model_fused_off = [str(f) for f in fused] if isinstance(fused, list) else []
         cv.drift = extract.drift_series(model.numbers)
     for name, gv in cv.gates.items():
         cv.counters += extract.counter_rows(gv.numbers, name)

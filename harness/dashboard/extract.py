@@ -108,19 +108,34 @@ def run_compile_facts(rec: dict[str, Any], run_id: str) -> list[CompileFact]:
     return out
 
 
+def _flip_total(v: Any) -> int | None:
+    """Sum of a per-step expert-flip series (None when not recorded)."""
+    if not isinstance(v, list):
+        return None
+    vals = [_int(x) for x in v]
+    return sum(x for x in vals if x is not None)
+
+
 def model_runs(numbers: dict[str, Any]) -> list[ModelRunView]:
+    """One view per numerics_model run, with the noise path's max KL and both paths' expert
+    flips beside the kernel's drift: a correct kernel flips near-tied experts about as often as
+    the benign perturbation does."""
     out = []
     for r in numbers.get("runs", []):
         if not isinstance(r, dict):
             continue
         valid = r.get("valid")
+        noise = r.get("noise") if isinstance(r.get("noise"), dict) else {}
         out.append(ModelRunView(kind=str(r.get("kind", "?")), tokens=_int(r.get("tokens")), context=_int(r.get("context")),
                                 greedy_agreement=_num(r.get("greedy_agreement")),
                                 sampling_agreement=_num(r.get("sampling_agreement")), max_kl=_num(r.get("max_kl")),
                                 max_logit_rel_err=_num(r.get("max_logit_rel_err")),
                                 kernel_calls_on=_int(r.get("kernel_calls_on")),
                                 kernel_calls_off=_int(r.get("kernel_calls_off")),
-                                valid=valid if isinstance(valid, bool) else None))
+                                valid=valid if isinstance(valid, bool) else None,
+                                noise_max_kl=_num(noise.get("max_kl")),
+                                expert_flips=_flip_total(r.get("expert_flips_per_step")),
+                                noise_expert_flips=_flip_total(noise.get("expert_flips_per_step"))))
     return out
 
 

@@ -107,6 +107,9 @@ class ModelRunView:
     kernel_calls_on: int | None
     kernel_calls_off: int | None
     valid: bool | None
+    noise_max_kl: float | None = None     # the benign perturbation path's (the gate's noise floor)
+    expert_flips: int | None = None       # chosen-expert sets that differ from the off path's, all steps
+    noise_expert_flips: int | None = None
 
 
 @dataclass
@@ -128,6 +131,7 @@ class CandidateView:
     layer: dict[str, Any] | None = None                         # per-layer A/B of perf_sweep
     compile: list[CompileFact] = field(default_factory=list)
     model_runs: list[ModelRunView] = field(default_factory=list)
+    model_fused_off: list[str] = field(default_factory=list)   # fused kernels the model gate switched off
     drift: list[DriftSeries] = field(default_factory=list)
     counters: list[CounterRow] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)               # run ids that drafted it

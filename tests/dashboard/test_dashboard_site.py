@@ -9,7 +9,7 @@ from harness.dashboard import collect
 from harness.dashboard.model import Badge, PromotionState
 from harness.dashboard.render import candidate_page, run_page
 
-from dashboard_fixture_repo import OP, RUN_ID, SECRET, geomean, measurements
+from dashboard_fixture_repo import FLIPS, FUSED_OFF, OP, RUN_ID, SECRET, geomean, measurements
 
 
 def _text(html: str) -> str:
@@ -89,6 +89,14 @@ def test_candidate_page_values(site):
     assert 'id="gate-perf_sweep"' in html and "regression" in html
     assert html.count('<svg class="plot"') >= 4
     assert "Numerics drift over generated tokens: kl" in html
+    # the model runs: the noise path's max KL and both paths' expert flips beside the kernel's drift
+    runs = re.search(r'<table class="grid" id="model-runs">(.*?)</table>', html, re.S).group(1)
+    assert "Max KL (noise path)" in runs and "Expert flips (kernel / noise)" in runs
+    lg = _text(re.search(r"<tr><td>long_generation</td>(.*?)</tr>", runs, re.S).group(1))
+    assert f"{sum(FLIPS['kernel'])} / {sum(FLIPS['noise'])}" in lg
+    assert f"{max(m['drift']['kl']):.3g}" in lg
+    assert "- / -" in _text(re.search(r"<tr><td>sampling</td>(.*?)</tr>", runs, re.S).group(1))
+    assert f"fused kernels off (they replace this op where they run): {', '.join(FUSED_OFF)}" in _text(html)
     assert re.search(r"<td>numerics_model long_generation on</td><td>moe_router</td><td>kernel</td><td>in_scope</td><td class=\"num\">1024", html)
     assert re.search(r"<td>numerics_model sampling off</td><td>moe_router</td><td>fallback</td><td>disabled</td><td class=\"num\">1027", html)
     assert re.search(r"<td>sm_90a</td>.*?<td class=\"num\">40</td>", html, re.S)
