@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts/gpu/regate.sh"
 CID = "59ea067f1155"                        # situ_and_mul's promoted kernel: the quickest to compile
+MISSING = "0123456789ab"                    # no such candidate: gate.sh gives no verdict for it
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -66,7 +67,7 @@ def test_refuses_a_history_that_is_not_the_snapshot(tmp_path):
 @pytest.mark.slow
 def test_checks_phase_gates_in_a_worktree_and_archives_the_record(tmp_path):
     head = _snapshot(tmp_path)
-    res = _run(head, tmp_path, f"situ_and_mul/{CID}")
+    res = _run(head, tmp_path, f"situ_and_mul/{CID}", f"situ_and_mul/{MISSING}")
     assert res.returncode == 0, res.stdout + res.stderr
     assert "== gate code " in res.stdout
     with tarfile.open(tmp_path / "out" / "regate_checks.tar.xz") as tar:
@@ -85,4 +86,8 @@ def test_checks_phase_gates_in_a_worktree_and_archives_the_record(tmp_path):
     assert _git(head, "log", "-1", "--format=%s", f"gate/{CID}") == f"evidence for {CID}"
     assert _git(head, "status", "--porcelain") == ""
     assert _git(head, "log", "-1", "--format=%s", "main") == "device snapshot of HEAD"
-    assert (tmp_path / "out" / "regate_checks.txt").read_text().count("PASS     isolation") == 1
+    summary = (tmp_path / "out" / "regate_checks.txt").read_text()
+    assert summary.count("PASS     isolation") == 1
+    # one section per candidate, in the order given; one without verdict lines says so
+    assert summary.index(f"#### situ_and_mul/{CID}") < summary.index(f"#### situ_and_mul/{MISSING}")
+    assert summary.split(f"#### situ_and_mul/{MISSING}")[1].strip().startswith(("(no verdict yet)", "== "))

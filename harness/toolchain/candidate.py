@@ -152,7 +152,10 @@ def load_candidate(op: str, ref: str | Path) -> Candidate:
         base = paths.kernels_dir() / op
         folder = base / str(ref)
         if not folder.is_dir():
-            hits = sorted(p for p in base.glob(f"{ref}*") if p.is_dir()) if base.is_dir() and ref else []
+            prefix = str(ref)                    # an id prefix is one path component, taken literally
+            is_id = bool(prefix) and Path(prefix).name == prefix
+            hits = sorted(p for p in base.iterdir() if p.is_dir() and p.name.startswith(prefix)) \
+                if base.is_dir() and is_id else []
             if len(hits) != 1:
                 what = "matches several candidates" if hits else "not found"
                 raise UserError(f"candidate '{ref}' of {op}: {what} (see `harness candidates {op}`)")

@@ -101,8 +101,13 @@ EOF
   python3 - "$OP" "$cid" >"$OUT/$cid/assess.json" 2>>"$LOG" <<'EOF'
 import json, sys
 from pathlib import Path
+from harness.errors import UserError
 from harness.promotion import assess
-a = assess(Path.cwd(), sys.argv[1], sys.argv[2])
+try:
+    a = assess(Path.cwd(), sys.argv[1], sys.argv[2])
+except UserError as exc:                 # e.g. no such candidate: one line in assess.json, no traceback
+    print(json.dumps({"op": sys.argv[1], "candidate": sys.argv[2], "promotable": False, "problems": [str(exc)]}))
+    sys.exit(0)
 print(json.dumps({"op": a.op, "candidate": a.candidate_id, "promotable": a.ok, "problems": a.problems,
                   "gates": a.gates}, indent=2, default=str))
 EOF

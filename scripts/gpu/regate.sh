@@ -32,7 +32,8 @@
 # Writes $OUT/regate_<phase>.tar.xz, rewritten as each candidate finishes (a device call returns
 # at most 8 files, and only what is under $OUT when it ends): <phase>/<id>/ is
 # gate.sh's folder for the candidate (the compacted records, gate_report.json, assess.json) and
-# <phase>/logs/<id>.log its gate.log; $OUT/regate_<phase>.txt is the verdict summary.
+# <phase>/logs/<id>.log its gate.log; $OUT/regate_<phase>.txt is the verdict summary (also
+# rewritten after every candidate; a candidate not yet done reads "(no verdict yet)").
 set -uo pipefail
 PHASE=${PHASE:?PHASE=checks or PHASE=perf}
 case "$PHASE" in
@@ -78,9 +79,22 @@ one() {                            # one candidate: its own worktree, its own ga
 pack() {                           # $OUT's archive after every candidate: a call cut off at its
   flock "$TMP/rg/pack.lock" sh -c '  # limit still brings back what finished (session 12 lost a phase)
     tar cJf "$1.tmp" -C "$3" "$2" && mv "$1.tmp" "$1"' _ "$OUT/regate_$PHASE.tar.xz" "$PHASE" "$TMP/rg"
+  flock "$TMP/rg/pack.lock" bash -c summarize     # and the summary (session 25 lost one to a timeout)
 }
-export -f one pack
-export PHASE ONLY WORK HEAD_DIR OUT TMP
+summarize() {                      # $OUT/regate_<phase>.txt: each candidate's verdicts so far
+  local spec cid summary="$OUT/regate_$PHASE.txt"
+  : >"$summary.tmp"
+  for spec in $SPECS; do
+    cid=${spec##*/}
+    echo "#### $spec" >>"$summary.tmp"
+    grep -E "^   (PASS|FAIL|ERROR|NOT_RUN)|^            |harness gate exit|took" "$WORK/logs/$cid.log" >>"$summary.tmp" 2>/dev/null \
+      || echo "   (no verdict yet)" >>"$summary.tmp"
+  done
+  mv "$summary.tmp" "$summary"
+}
+export -f one pack summarize
+SPECS="$*"
+export PHASE ONLY WORK HEAD_DIR OUT TMP SPECS
 
 echo "== $(date -u +%FT%TZ) regate $PHASE, $JOBS at once: $*"
 echo "== gate code $(python3 -c 'from pathlib import Path; from gates import gate_code_hash; print(gate_code_hash(Path.cwd())[:12])')"
@@ -93,13 +107,5 @@ if [ "$PHASE" = perf ]; then
 fi
 printf '%s\n' "$@" | xargs -P "$JOBS" -I{} bash -c 'one "$@"' _ {}
 
-summary="$OUT/regate_$PHASE.txt"
-: >"$summary"
-for spec in "$@"; do
-  cid=${spec##*/}
-  echo "#### $spec" >>"$summary"
-  grep -E "^   (PASS|FAIL|ERROR|NOT_RUN)|^            |harness gate exit|took" "$WORK/logs/$cid.log" >>"$summary" 2>/dev/null \
-    || echo "   (no log)" >>"$summary"
-done
 pack
-cat "$summary"
+cat "$OUT/regate_$PHASE.txt"

@@ -56,6 +56,20 @@ def test_missing_files_and_unknown_ids(tmp_path, monkeypatch):
         load_candidate("no_such_op", "abc")
 
 
+
+def test_a_missing_folder_path_or_a_glob_is_not_found_not_a_traceback(tmp_path, monkeypatch):
+    """An absolute path that does not exist used to reach pathlib's glob, which raises
+    NotImplementedError for absolute patterns (`harness check moe_router /tmp/x`); glob
+    characters in an id are literal."""
+    monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))
+    (tmp_path / "kernels_generated" / "moe_router" / "abc").mkdir(parents=True)
+    for ref in (tmp_path / "nowhere", str(tmp_path / "nowhere"), "a*", "[a]bc", "?bc"):
+        with pytest.raises(UserError, match="not found"):
+            load_candidate("moe_router", ref)
+    with pytest.raises(UserError, match="no kernel.py"):        # a unique literal prefix still resolves
+        load_candidate("moe_router", "ab")
+
+
 def test_list_candidates_skips_malformed(tmp_path):
     good = create_candidate("moe_router", SRC, Scope(), Provenance(), root=tmp_path)
     (tmp_path / "moe_router" / "broken").mkdir()
