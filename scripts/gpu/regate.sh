@@ -76,11 +76,10 @@ one() {                            # one candidate: its own worktree, its own ga
   echo "== $op/$cid: $PHASE took $(( $(date +%s) - t0 )) s" >>"$WORK/logs/$cid.log"
   pack
 }
-pack() {                           # $OUT's archive after every candidate: a call cut off at its
-  flock "$TMP/rg/pack.lock" sh -c '  # limit still brings back what finished (session 12 lost a phase)
-    tar cJf "$1.tmp" -C "$3" "$2" && mv "$1.tmp" "$1"' _ "$OUT/regate_$PHASE.tar.xz" "$PHASE" "$TMP/rg"
-  flock "$TMP/rg/pack.lock" bash -c summarize     # and the summary (session 25 lost one to a timeout)
-}
+pack() {                           # $OUT's archive and summary after every candidate: a call cut off
+  flock "$TMP/rg/pack.lock" bash -c '  # at its limit still brings back what finished (session 12 lost
+    tar cJf "$1.tmp" -C "$3" "$2" && mv "$1.tmp" "$1"; summarize' _ "$OUT/regate_$PHASE.tar.xz" "$PHASE" "$TMP/rg"
+}                                  # a phase, session 25 a summary)
 summarize() {                      # $OUT/regate_<phase>.txt: each candidate's verdicts so far
   local spec cid summary="$OUT/regate_$PHASE.txt"
   : >"$summary.tmp"
