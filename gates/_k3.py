@@ -35,6 +35,7 @@ class Pair:
     model_noise: Any = None        # the benign-perturbation path (None: not measured)
     reg_noise: Any = None
     noise_kind: str = ""
+    fused_off: tuple[str, ...] = ()   # fused ops switched off on every path (`fused_over`)
 
     @property
     def device(self):
@@ -103,25 +104,41 @@ def build_pair(op: str, candidate_dir, root, model_config: str, default_layers: 
         scope, kw = KernelScope.from_json(cand.scope.to_json()), {"candidate": cand.id, "candidate_dir": cand.path}
     else:
         scope, kw = _any_scope(), {"fn": on_fn, "candidate": "test-fn"}
+    fused = fused_over(op)
     regs = []
     for _ in range(2):
         reg = Registry(check_shapes=on_fn is None or cfg.is_k3_rank)
         reg.load_manifest(manifest, root / "kernels_generated")
         reg.register(op, scope, **kw)
+        if fused:
+            reg.disable(*fused)
         regs.append(reg)
     regs[1].disable(op)
     with torch.no_grad():
         w = init_weights(cfg, seed, device)
     pair = Pair(op, cfg, K3Decoder(cfg, w, regs[0]), K3Decoder(cfg, w, regs[1]), regs[0], regs[1],
-                ByteTokenizer(cfg.vocab, cfg.eos_id, cfg.bos_id))
+                ByteTokenizer(cfg.vocab, cfg.eos_id, cfg.bos_id), fused_off=fused)
     if noise:
         from ._benign import benign_fn, describe
 
         reg = Registry(check_shapes=cfg.is_k3_rank)       # tiny widths: the benign fn takes any size
         reg.load_manifest(manifest, root / "kernels_generated")
         reg.register(op, _any_scope(), benign_fn(op, seed), candidate="benign-perturbation")
+        if fused:
+            reg.disable(*fused)
         pair.model_noise, pair.reg_noise, pair.noise_kind = K3Decoder(cfg, w, reg), reg, describe(op)
     return pair
+
+
+def fused_over(op: str) -> tuple[str, ...]:
+    """The fused ops whose kernel, where it runs, replaces the decoder's calls of `op` (their
+    definitions' extra["replaces"]; gemm_situ_and_mul replaces skinny_gemm + situ_and_mul). Both
+    model paths and the noise path run with them off: with the promoted fused kernel on, the
+    gate's batch never reached situ_and_mul (0 calls on the H200, 2026-12-02), though the decode
+    path calls it wherever the fused kernel's scope ends."""
+    import reference_impls
+
+    return tuple(sorted(d.name for d in reference_impls.all_ops() if op in d.extra.get("replaces", ())))
 
 
 def _any_scope():

@@ -68,6 +68,6 @@ def model_runs(ctx: GateContext, device: str) -> tuple[list[dict[str, Any]], dic
         runs.append({"kind": "structured", "schema": name, **r})
     extra = {"n_layers": pair.cfg.n_layers, "model_preset": pair.cfg.name, "weights_seed": _k3.DEFAULT_SEED,
              "batch_rows": bsz, "prompt_tokens": plen, "teacher_forcing": "kernel-on path's tokens",
-             "noise_path": pair.noise_kind,
+             "noise_path": pair.noise_kind, "fused_kernels_off": list(pair.fused_off),
              "cuda_graph": "not captured: other ops' reference paths synchronise with the host"}
     return runs, extra

@@ -92,6 +92,7 @@ def measure(ctx: GateContext) -> tuple[list[dict[str, Any]], dict[str, Any] | No
             layers = int(c("layer_model_layers"))
         pair = _k3.build_pair(ctx.op, ctx.candidate_dir, ctx.root, f"{preset}:{layers}", layers, "cuda")
         layer = _k3.layer_ab(pair, int(c("layer_batch")), rounds, int(c("layer_steps_per_sample")))
+        layer["fused_kernels_off"] = list(pair.fused_off)
         if layer["kernel_calls_on"] < 1:
             layer_error = f"per-layer A/B: the kernel never ran with it on ({pair.trace()['errors_on'] or 'no in-scope call'})"
             layer = None

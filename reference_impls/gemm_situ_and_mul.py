@@ -88,5 +88,7 @@ DEFINITION = OpDefinition(
     reference=reference,
     notes='Point.shape: shared_gate_up or dense_gate_up ("" = shared_gate_up); the weight holds gate rows, then up rows.',
     scope_axes=("arch", "tp", "batch", "shape"),
-    extra={"shapes": SHAPES, "shape_names": SHAPE_NAMES, "default_shape": DEFAULT_SHAPE},
+    # where its kernel runs, the decoder calls neither of these (harness/model/decoder.py)
+    extra={"shapes": SHAPES, "shape_names": SHAPE_NAMES, "default_shape": DEFAULT_SHAPE,
+           "replaces": ("skinny_gemm", "situ_and_mul")},
 )

@@ -6,7 +6,9 @@
     w      = gather(s, ids); w = w / sum(w) * routed_scaling_factor (1.0 on K3)
 
 Ties in `s + e_bias` may be broken either way: ids are compared as sets, tie-aware, and
-weights by id. Replicated on every rank (same shapes at TP8 and TP16).
+weights by id. A row that took the other of two tied experts is held to the weights of its own
+set (`outputs_for_ids`): tied keys may hide different scores when the biases differ.
+Replicated on every rank (same shapes at TP8 and TP16).
 """
 from __future__ import annotations
 
@@ -38,9 +40,20 @@ def reference(x: torch.Tensor, router_weight: torch.Tensor, e_score_bias: torch.
     logits = x.float() @ router_weight.float().t()
     scores = torch.sigmoid(logits)
     ids = torch.topk(scores + e_score_bias.float(), TOP_K, dim=-1, sorted=True).indices
-    w = scores.gather(1, ids)
-    w = w / w.sum(-1, keepdim=True) * routed_scaling_factor
-    return {"topk_weights": w.float(), "topk_ids": ids.to(torch.int32)}
+    return {"topk_weights": _renormalized(scores, ids, routed_scaling_factor), "topk_ids": ids.to(torch.int32)}
+
+
+def _renormalized(scores: torch.Tensor, ids: torch.Tensor, routed_scaling_factor: float) -> torch.Tensor:
+    """The chosen experts' unbiased scores, renormalized to sum to the scaling factor."""
+    w = scores.gather(1, ids.long())
+    return (w / w.sum(-1, keepdim=True) * routed_scaling_factor).float()
+
+
+def outputs_for_ids(inputs: dict[str, torch.Tensor], ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The reference's weights for a given choice of experts `ids` [B, K] (in the order given):
+    what a kernel that broke a near-tie the other way must return for its own set."""
+    scores = torch.sigmoid(inputs["x"].float() @ inputs["router_weight"].float().t())
+    return {"topk_weights": _renormalized(scores, ids.to(scores.device), ROUTED_SCALING_FACTOR)}
 
 
 def selection_key(inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -85,5 +98,6 @@ DEFINITION = OpDefinition(
     reference=reference,
     scope_axes=("arch", "tp", "batch", "routing"),
     uses_routing=True,
-    extra={"selection_key": selection_key, "routed_scaling_factor": ROUTED_SCALING_FACTOR},
+    extra={"selection_key": selection_key, "outputs_for_ids": outputs_for_ids,
+           "routed_scaling_factor": ROUTED_SCALING_FACTOR},
 )

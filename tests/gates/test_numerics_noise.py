@@ -78,6 +78,70 @@ def test_noise_path_that_never_ran_fails():
     assert verdict is Verdict.FAIL and any("noise path" in r for r in reasons)
 
 
+# The numerics_model record of the promoted router 876e935cf35f on the H200 (2026-12-02,
+# results/h200/session25/): the kernel and the split-K noise path flip experts at the same
+# rate (76 / 79 in long generation), but in the 32-step long-context run the noise path flipped
+# none and the kernel 2. Summary numbers only (the record holds the per-step series).
+H200_876E93 = [
+    {"kind": "long_generation", "tokens": 1024, "context": 32, "greedy_agreement": 0.98291015625,
+     "sampling_agreement": 0.98291015625, "max_kl": 0.027680819633390752, "mean_kl": 0.0009524516034747798,
+     "max_logit_rel_err": 0.23428020280877188, "kernel_calls_on": 2110, "kernel_calls_off": 0, "valid": None,
+     "nonfinite_steps": 0,
+     "noise": {"calls": 2110, "max_kl": 0.0274066917674704, "mean_kl": 0.0011289352818630307,
+               "max_logit_rel_err": 0.23312474775898523, "greedy_agreement": 0.980224609375,
+               "sampling_agreement": 0.980224609375}},
+    {"kind": "long_context", "tokens": 32, "context": 32768, "greedy_agreement": 0.9765625,
+     "sampling_agreement": 0.9765625, "max_kl": 0.027454151268547142, "mean_kl": 0.0014857928236543837,
+     "max_logit_rel_err": 0.2336784343152808, "kernel_calls_on": 126, "kernel_calls_off": 0, "valid": None,
+     "nonfinite_steps": 0,
+     "noise": {"calls": 126, "max_kl": 2.5139666086089088e-05, "mean_kl": 1.2295448830664485e-05,
+               "max_logit_rel_err": 0.006626275535427084, "greedy_agreement": 0.9765625,
+               "sampling_agreement": 0.9765625}},
+    {"kind": "sampling", "tokens": 256, "context": 32, "greedy_agreement": 0.984375, "sampling_agreement": 0.97265625,
+     "max_kl": 0.030461600454988663, "mean_kl": 0.00112479868185568, "max_logit_rel_err": 0.24517123898774346,
+     "kernel_calls_on": 574, "kernel_calls_off": 0, "valid": None, "nonfinite_steps": 0,
+     "noise": {"calls": 574, "max_kl": 0.031216222004409315, "mean_kl": 0.0008434500948770489,
+               "max_logit_rel_err": 0.24819034730833664, "greedy_agreement": 0.9873046875,
+               "sampling_agreement": 0.974609375}},
+    {"kind": "structured", "tokens": 50, "context": 32, "greedy_agreement": 0.98, "sampling_agreement": 0.995,
+     "max_kl": 0.019836005055981973, "mean_kl": 0.0018478319951369991, "max_logit_rel_err": 0.19915064573364816,
+     "kernel_calls_on": 162, "kernel_calls_off": 0, "valid": True, "nonfinite_steps": 0,
+     "noise": {"calls": 162, "max_kl": 0.017159764004186957, "mean_kl": 0.0012050797340014492,
+               "max_logit_rel_err": 0.18523262445919128, "greedy_agreement": 0.98, "sampling_agreement": 1.0}},
+]
+
+
+def test_a_short_run_whose_noise_path_flipped_nothing_is_held_to_all_runs_noise():
+    runs = copy.deepcopy(H200_876E93)
+    lc = runs[1]
+    floor = float(CFG.get("numerics_model", "max_kl"))
+    assert lc["max_kl"] > numerics_model.allowance(lc, "max_kl", floor, FACTOR)        # its own noise: a fail
+    assert numerics_model.decide(runs, CFG) == (Verdict.PASS, [])
+    # ... but not to an unlimited one: 1.5x beyond factor x the pooled noise still fails
+    lc["max_kl"] = 1.5 * FACTOR * max(r["noise"]["max_kl"] for r in runs)
+    verdict, reasons = numerics_model.decide(runs, CFG)
+    assert verdict is Verdict.FAIL and reasons[0].startswith("long_context: max_kl") and "all runs'" in reasons[0]
+
+
+def test_pooled_noise_is_the_largest_max_and_the_step_weighted_mean():
+    runs = copy.deepcopy(H200_876E93)
+    assert numerics_model.pooled_noise(runs, "max_kl") == 0.031216222004409315
+    steps = [1024, 32, 256, 50]
+    want = sum(r["noise"]["mean_kl"] * n for r, n in zip(runs, steps)) / sum(steps)
+    assert numerics_model.pooled_noise(runs, "mean_kl") == pytest.approx(want, rel=1e-12)
+    runs[0]["noise"]["kl_per_step"] = [0.0] * 10                 # the series, where recorded, counts the steps
+    want = sum(r["noise"]["mean_kl"] * n for r, n in zip(runs, [10, 32, 256, 50])) / 348
+    assert numerics_model.pooled_noise(runs, "mean_kl") == pytest.approx(want, rel=1e-12)
+    assert numerics_model.pooled_noise([{k: v for k, v in r.items() if k != "noise"} for r in runs], "max_kl") == 0.0
+
+
+def test_a_run_without_a_noise_path_keeps_the_absolute_floors_when_others_have_one():
+    runs = copy.deepcopy(H200_876E93)
+    del runs[1]["noise"]
+    verdict, reasons = numerics_model.decide(runs, CFG)
+    assert verdict is Verdict.FAIL and any(r.startswith("long_context: max_kl") for r in reasons)
+
+
 # ---- the lockstep machinery on the tiny config -------------------------------------------
 def _reference_router(x, router_weight, e_score_bias, topk_weights, topk_ids, **_):
     import reference_impls

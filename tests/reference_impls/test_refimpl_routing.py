@@ -1,7 +1,8 @@
 """moe_router top-k tie handling through harness.compare, and the routing profiles' skew."""
 from __future__ import annotations
 
-import pytest
+import math
+
 import torch
 
 import reference_impls
@@ -87,14 +88,6 @@ def test_moe_experts_min_bytes_follow_routing() -> None:
     assert d.min_bytes(Point(1, 8, routing=RoutingProfile.HOT)) == d.min_bytes(Point(1, 8))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known oracle defect, found in session 24 (an H200 run judged the human router 9d6bff WRONG on "
-    "topk_weights at one input set): harness.compare accepts a tie-swapped id but still compares the "
-    "weights by id position against the reference's set, so a correct choice between near-tied experts "
-    "with different biases fails. The fix (weights expected from the reference scores of the kernel's "
-    "own ids) belongs in harness/compare.py, which is in the gate-code hash: it needs every promoted "
-    "kernel re-gated (scripts/gpu/regate.sh), more device time than session 24 had. Remove this "
-    "marker with that fix."))
 def test_near_tie_between_experts_of_different_bias_accepts_the_kernels_weights() -> None:
     """Experts 3 and 5 sit at the top-16 boundary with keys equal to within an ulp, but their
     unbiased scores differ by their bias difference: a kernel may choose either, and its weights
@@ -120,4 +113,27 @@ def test_near_tie_between_experts_of_different_bias_accepts_the_kernels_weights(
     swapped_w = swapped_w / swapped_w.sum(-1, keepdim=True)
     res = compare(d, {"topk_ids": swapped_ids, "topk_weights": swapped_w}, ref, inputs=inp)
     assert res.tensors["topk_ids"].ok                            # the tie is accepted for the ids ...
-    assert res.ok, res.summary()                                 # ... and should be for their weights
+    assert res.ok, res.summary()                                 # ... and for the weights of that set
+    # the weights of the reference's set, returned beside the swapped ids, are wrong for them
+    # (session 24's oracle held every kernel to these; a kernel that computed them is now wrong)
+    stale = compare(d, {"topk_ids": swapped_ids, "topk_weights": ref["topk_weights"]}, ref, inputs=inp)
+    assert stale.tensors["topk_ids"].ok and not stale.tensors["topk_weights"].ok
+    assert list(res.tensors) == ["topk_weights", "topk_ids"]     # the definition's order
+
+
+def test_outputs_for_ids_matches_a_naive_computation() -> None:
+    """moe_router's weights for a given id set, against a per-element loop: for the reference's
+    own ids they are its weights; for any other set, that set's renormalized sigmoid scores."""
+    d = reference_impls.get("moe_router")
+    inp = d.make_inputs(Point(3), torch.Generator().manual_seed(2), "cpu")
+    ref = d.run_reference(inp)
+    x, w = inp["x"].double(), inp["router_weight"].double()
+    for ids in (ref["topk_ids"], torch.stack([torch.randperm(896, generator=torch.Generator().manual_seed(r))[:16]
+                                                for r in range(3)]).to(torch.int32)):
+        got = d.extra["outputs_for_ids"](inp, ids)["topk_weights"]
+        assert got.dtype == torch.float32 and got.shape == ids.shape
+        for r in range(3):
+            s = [1.0 / (1.0 + math.exp(-float((x[r] * w[e]).sum()))) for e in ids[r].tolist()]
+            naive = torch.tensor([v / sum(s) for v in s], dtype=torch.float64)
+            torch.testing.assert_close(got[r].double(), naive, rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(d.extra["outputs_for_ids"](inp, ref["topk_ids"])["topk_weights"], ref["topk_weights"])
