@@ -64,6 +64,26 @@ def test_refuses_a_history_that_is_not_the_snapshot(tmp_path):
     assert not (tmp_path / "t" / "wt").exists()                       # nothing was gated
 
 
+def test_checks_phase_refuses_to_start_without_llguidance(tmp_path):
+    """numerics_model's structured-output run needs llguidance: without it (the .whl site not
+    carried) every record would FAIL, so the checks phase stops before gating anything."""
+    head = _snapshot(tmp_path)
+    broken = tmp_path / "no_llguidance"
+    broken.mkdir()
+    (broken / "llguidance.py").write_text("raise ImportError('not installed on this machine')\n")
+    env_path = f"{broken}:{os.environ.get('PYTHONPATH', '')}"
+    env = {**os.environ, "PHASE": "checks", "OUT": str(tmp_path / "out"), "REGATE_TMP": str(tmp_path / "t"),
+           "PYTHONPATH": env_path}
+    res = subprocess.run(["bash", str(SCRIPT), f"situ_and_mul/{CID}"], cwd=head, env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 4 and "llguidance is not importable" in res.stderr
+    assert not (tmp_path / "t" / "wt").exists()                       # nothing was gated
+    env["PHASE"] = "perf"                                             # perf_sweep does not need it: gets past the check
+    res = subprocess.run(["bash", str(SCRIPT), f"situ_and_mul/{MISSING}"], cwd=head, env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert "llguidance" not in res.stderr
+
+
 @pytest.mark.slow
 def test_checks_phase_gates_in_a_worktree_and_archives_the_record(tmp_path):
     head = _snapshot(tmp_path)

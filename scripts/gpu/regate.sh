@@ -50,6 +50,12 @@ if [ "$(git -C "$HEAD_DIR" log -1 --format=%s main 2>/dev/null)" != "device snap
   echo "regate.sh: $HEAD_DIR is not at_head.sh's snapshot; run \`source scripts/gpu/at_head.sh && ...\` first" >&2
   exit 3
 fi
+# numerics_model's structured-output run needs llguidance (the .whl site): without it every
+# candidate's structured run errors and every record FAILs (session 26 spent a 280 s call that way).
+if [ "$PHASE" = checks ] && ! python3 -c "import llguidance" 2>/dev/null; then
+  echo "regate.sh: llguidance is not importable, so numerics_model's structured-output run would fail every candidate; carry .whl (setup.sh unpacks .whl/site.tar.xz into /tmp/site) and run again" >&2
+  exit 4
+fi
 exclude="$(git -C "$HEAD_DIR" rev-parse --git-common-dir)/info/exclude"   # the links each worktree gets
 grep -qx '/.device' "$exclude" 2>/dev/null || printf '/.device\n/.whl\n' >>"$exclude"
 TMP=${REGATE_TMP:-/tmp}              # worktrees under $TMP/wt, work under $TMP/rg (tests: a tmp dir)

@@ -97,7 +97,7 @@ def gate_results(root: Path, cid: str, times: dict, incumbent: dict, drift: bool
                                   {"case": "above B=65", "expected_outcome": "fallback", "expected_reason": "batch",
                                    "got_outcome": "fallback", "got_reason": "batch"}]}
     perf = perf_points(root, cid, times, incumbent)
-    layer = {"on_us": 392.0, "off_us": 400.0, "noise_rel": 0.004}
+    layer = {"on_us": 392.0, "off_us": 400.0, "noise_rel": 0.004, "mode": "graph", "graph_error": ""}
     pv, preasons, derived = perf_sweep.decide(perf, layer, pts, cfg)
     mv, mreasons = numerics_model.decide(runs, cfg)
     sv, sreasons = scope.decide(scope_numbers, ["sm_90a"], [8, 16])

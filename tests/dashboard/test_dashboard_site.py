@@ -85,6 +85,9 @@ def test_candidate_page_values(site):
         assert f"{want:.2f}x" in body, (key, body)
     speed = [m["v1_us"][tp][i] / m["v2_us"][tp][i] for tp in ("8", "16") for i in range(7)]
     assert f"{geomean(speed):.3f}x" in _text(html)
+    # the per-layer A/B with how it was timed (graph replays) and its noise
+    mode = _text(re.search(r'<span class="note" id="layer-mode">(.*?)</span>', html, re.S).group(1))
+    assert mode == "(graph, noise 0.4%)"
     # gates, plots, drift, counters, compile facts, diffs, highlighted source
     assert 'id="gate-perf_sweep"' in html and "regression" in html
     assert html.count('<svg class="plot"') >= 4
