@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import torch
 
 from gate_repo_helpers import REPO, git, make_candidate
 
@@ -25,3 +26,13 @@ def repo(tmp_path, monkeypatch) -> tuple[Path, str]:
     monkeypatch.setenv("HARNESS_ROOT", str(root))
     monkeypatch.delenv("HARNESS_GATE_BASE", raising=False)
     return root, cid
+
+
+@pytest.fixture
+def one_torch_thread():
+    """The K3 pair tests decode tiny configs on the CPU with one torch thread (the CI box has 2
+    cores); use as `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -23,3 +23,19 @@ def make_candidate(root: Path, source: str = KERNEL_SRC, scope: dict | None = No
     return cand.id
 
 
+
+
+def reference_kernel(op: str, after=None):
+    """A test-only "kernel" for `_k3.build_pair(on_fn=...)`: the op's reference written into the
+    output tensors the registry passes, then `after(inputs)` (e.g. a sleep: a kernel that costs time)."""
+    import reference_impls
+
+    d = reference_impls.get(op)
+
+    def fn(**kw):
+        r = d.run_reference({t.name: kw[t.name] for t in d.inputs})
+        for name, t in r.items():
+            kw[name].copy_(t)
+        if after is not None:
+            after(kw)
+    return fn

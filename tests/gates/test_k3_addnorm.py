@@ -3,7 +3,6 @@ only decode path on which an add_rmsnorm kernel is called."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from gates import _k3
 from harness import paths
@@ -11,12 +10,7 @@ from harness.model import Residual
 from harness.model.sampling import SamplingParams
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _reference_add_rmsnorm(x, residual, weight, out, residual_out):

@@ -4,32 +4,15 @@ so the gated op's own calls run at the gate's batch."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 from gates import _k3
 from harness import paths
 from harness.model.sampling import SamplingParams
 from harness.registry import KernelScope
 
+from gate_repo_helpers import reference_kernel
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
-def _reference(op: str):
-    import reference_impls
-
-    d = reference_impls.get(op)
-
-    def fn(**kw):
-        r = d.run_reference({t.name: kw[t.name] for t in d.inputs})
-        for name, t in r.items():
-            kw[name].copy_(t)
-    return fn
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _any_scope() -> KernelScope:
@@ -44,13 +27,13 @@ def test_fused_over_reads_the_definitions_replaces():
 
 def test_situ_and_mul_pair_runs_with_the_fused_kernel_off_on_every_path():
     pair = _k3.build_pair("situ_and_mul", None, paths.root(), "tiny", 0, "cpu", noise=True,
-                          on_fn=_reference("situ_and_mul"))
+                          on_fn=reference_kernel("situ_and_mul"))
     assert pair.fused_off == ("gemm_situ_and_mul",)
     for reg in (pair.reg_on, pair.reg_off, pair.reg_noise):
         assert reg.is_disabled("gemm_situ_and_mul")
     assert not pair.reg_on.is_disabled("situ_and_mul") and pair.reg_off.is_disabled("situ_and_mul")
     # a fused kernel registered on the on path would shadow every situ_and_mul call; off, it does not
-    pair.reg_on.register("gemm_situ_and_mul", _any_scope(), _reference("gemm_situ_and_mul"), candidate="test-fused")
+    pair.reg_on.register("gemm_situ_and_mul", _any_scope(), reference_kernel("gemm_situ_and_mul"), candidate="test-fused")
     r = _k3.lockstep(pair, _k3.prompts(pair.tokenizer, 1, 2), 2, SamplingParams())
     assert r["kernel_calls_on"] > 0
     pair.reg_on.enable("gemm_situ_and_mul")                     # the old pair: the fused kernel on
@@ -59,6 +42,6 @@ def test_situ_and_mul_pair_runs_with_the_fused_kernel_off_on_every_path():
 
 
 def test_an_op_nothing_replaces_keeps_every_promoted_kernel():
-    pair = _k3.build_pair("moe_router", None, paths.root(), "tiny", 0, "cpu", on_fn=_reference("moe_router"))
+    pair = _k3.build_pair("moe_router", None, paths.root(), "tiny", 0, "cpu", on_fn=reference_kernel("moe_router"))
     assert pair.fused_off == ()
     assert not pair.reg_on.is_disabled("gemm_situ_and_mul")

@@ -56,7 +56,6 @@ def test_missing_files_and_unknown_ids(tmp_path, monkeypatch):
         load_candidate("no_such_op", "abc")
 
 
-
 def test_a_missing_folder_path_or_a_glob_is_not_found_not_a_traceback(tmp_path, monkeypatch):
     """An absolute path that does not exist used to reach pathlib's glob, which raises
     NotImplementedError for absolute patterns (`harness check moe_router /tmp/x`); glob
