@@ -27,7 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", default="", help="comma-separated ops (default: every promoted op)")
     ap.add_argument("--repeat", type=int, default=1, help="A/B runs per op (a fresh pair each)")
-    ap.add_argument("--config", default="k3-tp8-rank", help="model preset (the gate's default)")
+    ap.add_argument("--config", default="k3-tp8-rank",
+                    help="model preset (the gate's default; add_rmsnorm always runs on its -addnorm form)")
     a = ap.parse_args(argv)
     root = paths.root()
     conf = load_config(config_path(root))
@@ -42,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         cand_dir = root / "kernels_generated" / op / entries[op]
         for rep in range(a.repeat):
             t0 = time.perf_counter()
-            pair = _k3.build_pair(op, cand_dir, root, f"{a.config}:{layers}", layers, "cuda")
+            preset = f"{a.config}-addnorm" if op == "add_rmsnorm" and not a.config.endswith("-addnorm") else a.config
+            pair = _k3.build_pair(op, cand_dir, root, f"{preset}:{layers}", layers, "cuda")
             r = _k3.layer_ab(pair, batch, rounds, steps)
             r.update(op=op, candidate=entries[op], repeat=rep, wall_s=round(time.perf_counter() - t0, 1),
                      fused_kernels_off=list(pair.fused_off))
