@@ -21,20 +21,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from gates import _k3  # noqa: E402
 from gates.config import config_path, load_config  # noqa: E402
 from harness import paths  # noqa: E402
+from harness.model.config import candidate_gate_model_config  # noqa: E402
+from harness.promotion import read_manifest  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ops", default="", help="comma-separated ops (default: every promoted op)")
     ap.add_argument("--repeat", type=int, default=1, help="A/B runs per op (a fresh pair each)")
-    ap.add_argument("--config", default="k3-tp8-rank",
-                    help="model preset (the gate's default; add_rmsnorm always runs on its -addnorm form)")
+    ap.add_argument("--config", default=None,
+                    help="model preset (default: the gate's for each candidate, harness.model.config.candidate_gate_model_config)")
     a = ap.parse_args(argv)
     root = paths.root()
     conf = load_config(config_path(root))
     cfg = lambda n: conf.get("perf_sweep", n)  # noqa: E731
-    promoted = json.loads((root / "kernels_generated" / "promoted.json").read_text())
-    entries = {e["op"]: e["candidate"] for e in promoted}
+    entries = {e["op"]: e["candidate"] for e in read_manifest(root)}
     ops = [o for o in a.ops.split(",") if o] or sorted(entries)
     layers, batch = int(cfg("layer_model_layers")), int(cfg("layer_batch"))
     rounds, steps = int(cfg("repeats")), int(cfg("layer_steps_per_sample"))
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         cand_dir = root / "kernels_generated" / op / entries[op]
         for rep in range(a.repeat):
             t0 = time.perf_counter()
-            preset = f"{a.config}-addnorm" if op == "add_rmsnorm" and not a.config.endswith("-addnorm") else a.config
+            preset = a.config or candidate_gate_model_config(root, op, entries[op])
             pair = _k3.build_pair(op, cand_dir, root, f"{preset}:{layers}", layers, "cuda")
             r = _k3.layer_ab(pair, batch, rounds, steps)
             r.update(op=op, candidate=entries[op], repeat=rep, wall_s=round(time.perf_counter() - t0, 1),
