@@ -5,7 +5,8 @@ when one is promoted and covers the point, else the reference path) timed by the
 toolchain's `time_interleaved`: CUDA-graph replay of many calls, inputs and weights rotated
 through copies spanning >= 3 x L2, warm-up, A B B A rounds in one process on one GPU.
 The roofline floor is min_bytes / the bandwidth measured in the same run. Then the
-per-layer end-to-end A/B: a K3 decode step with the kernel on vs off (_k3.layer_ab).
+per-layer end-to-end A/B: the K3 decode step with the kernel on vs off, CUDA-graph replays
+interleaved A B B A (_k3.layer_ab).
 """
 from __future__ import annotations
 
