@@ -328,12 +328,17 @@ class LayerTable:
     source: str
     rows: list[LayerRow]
     kernel_ops: list[str]             # ops whose kernel ran on the "on" side (registry counters)
+    candidates: dict[str, str] = field(default_factory=dict)   # op -> candidate id loaded (runs since session 27)
+    promoted_now: dict[str, str] = field(default_factory=dict)  # op -> candidate id promoted today
 
 
 def layer_tables(root: Path = ROOT, results: Path | None = None,
                  files: list[tuple[Path, dict]] | None = None) -> list[LayerTable]:
+    from harness.promotion import read_manifest
+
     files = json_files(results or root / "results", root) if files is None else files
     latest = {data["config"]: (path, data) for path, data in files if _is_layers(data)}   # oldest first
+    promoted_now = {e["op"]: e["candidate"] for e in read_manifest(root)}
     out = []
     for config, (path, data) in sorted(latest.items()):
         by = {(r["batch"], r["layer"], r["kernels"]): r for r in data["rows"]}
@@ -347,12 +352,23 @@ def layer_tables(root: Path = ROOT, results: Path | None = None,
             rows.append(LayerRow(b, layer, f"{off.get('attn', '?')}+{off.get('ffn', '?')}", off[t], on[t],
                                  off.get("gpu_kernels", 0), on.get("gpu_kernels", 0), "graph" if graph else "eager"))
         ran = sorted({k.split()[0] for k in data.get("registry", {}).get("on", {}) if " kernel " in f" {k} "})
-        out.append(LayerTable(config, _rel(path, root), rows, ran))
+        out.append(LayerTable(config, _rel(path, root), rows, ran, dict(data.get("promoted", {})), promoted_now))
     return out
 
 
+def _kernel_on(t: LayerTable, op: str) -> str:
+    """`op`, or `op id` where the run recorded the candidate it loaded, flagged where that is not
+    the candidate promoted now (the table then predates the current kernel)."""
+    cand = t.candidates.get(op)
+    if cand is None:
+        return op
+    now = t.promoted_now.get(op)
+    return f"{op} {cand}" + (f" (promoted now: {now or 'none'})" if now != cand else "")
+
+
 def render_layers(t: LayerTable) -> str:
-    lines = [f"## per layer, {t.config}: kernels off vs on ({t.source}; kernels on for {', '.join(t.kernel_ops) or '-'})",
+    ops = ", ".join(_kernel_on(t, op) for op in t.kernel_ops) or "-"
+    lines = [f"## per layer, {t.config}: kernels off vs on ({t.source}; kernels on for {ops})",
              "| B | layer | off us | on us | on/off | kernels off -> on | timing |", "|---" * 7 + "|"]
     lines += [f"| {r.batch} | {r.layer} {r.kind} | {r.off_us:.1f} | {r.on_us:.1f} | {r.on_us / r.off_us:.2f} | "
               f"{r.kernels_off} -> {r.kernels_on} | {r.timing} |" for r in t.rows]

@@ -275,6 +275,23 @@ def test_the_per_layer_table_pairs_off_and_on(sc, tmp_path):
     assert "| 8 | 2 kda+moe | 900.0 | 700.0 | 0.78 | 100 -> 40 | eager |" in sc.render_layers(t)
 
 
+def test_the_per_layer_table_names_the_candidates_it_ran(sc, tmp_path):
+    """A run that recorded its candidates shows them, and flags one that is no longer promoted."""
+    _layers(tmp_path / "a.json", "k3", [(1, 1, "off", 900.0, 300.0, 100), (1, 1, "on", 800.0, 240.0, 40)],
+            on_ops=("kda_decode", "attn_res"))
+    doc = json.loads((tmp_path / "a.json").read_text())
+    now = {e["op"]: e["candidate"] for e in json.loads((sc.ROOT / "kernels_generated/promoted.json").read_text())}
+    doc["promoted"] = {"attn_res": now["attn_res"], "kda_decode": "0123456789ab"}
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    [t] = sc.layer_tables(sc.ROOT, tmp_path)
+    head = sc.render_layers(t).splitlines()[0]
+    assert f"kernels on for attn_res {now['attn_res']}, kda_decode 0123456789ab (promoted now: {now['kda_decode']}))" \
+        in head
+    _layers(tmp_path / "a.json", "k3", [(1, 1, "off", 900.0, 300.0, 100), (1, 1, "on", 800.0, 240.0, 40)])
+    [t] = sc.layer_tables(sc.ROOT, tmp_path)                 # an older run without ids: op names only
+    assert sc.render_layers(t).splitlines()[0].endswith("kernels on for attn_res)")
+
+
 def test_the_committed_per_layer_runs_cover_b_1_8_64(sc):
     tables = {t.config: t for t in sc.layer_tables()}
     t = tables["k3-tp8-rank"]

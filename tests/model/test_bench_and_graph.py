@@ -41,6 +41,9 @@ def test_bench_layers_on_off_table(tmp_path, monkeypatch):
     # the "on" registry dispatched the promoted ops: fallbacks counted (no CUDA here), never a kernel run
     on = doc["registry"]["on"]
     assert any(k.startswith("moe_router fallback") for k in on) and not any(" kernel " in k for k in on)
+    # and the run names the candidate each op's "on" side loaded: the manifest's, op for op
+    manifest = json.loads((ROOT / "kernels_generated/promoted.json").read_text())
+    assert doc["promoted"] == {e["op"]: e["candidate"] for e in manifest}
 
 
 @pytest.mark.gpu
