@@ -1,4 +1,5 @@
-"""`harness dashboard build` and `harness dashboard serve`: the reviewer dashboard."""
+"""`harness dashboard build`, `harness dashboard serve` (the reviewer dashboard) and `harness scorecard`
+(the kernels' benchmark targets, as text)."""
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -33,6 +34,21 @@ def _build(out_dir: Path, live: bool = False):
 
 
 def register(app: typer.Typer) -> None:
+    @app.command("scorecard")
+    def scorecard_cmd(op: Optional[list[str]] = typer.Option(None, "--op", help="Only this op (repeatable)."),
+                      results: Optional[Path] = typer.Option(None, "--results",
+                                                             help="Folder of benchmark JSONs (default results/)."),
+                      as_json: bool = typer.Option(False, "--json", help="Print the scorecard as JSON.")) -> None:
+        """Issue 7's targets judged on the committed benchmark runs: one table per promoted op
+        (reference, torch.compile, ours, HBM floor, targets met) and the per-layer on/off tables."""
+        from . import paths
+        from .scorecard import ScorecardError, report
+
+        try:
+            print(report(paths.root(), op or None, results, as_json))
+        except ScorecardError as exc:
+            raise UserError(str(exc)) from None
+
     dash = typer.Typer(help="The reviewer dashboard: ops, candidates, gate evidence, runs, promotions.",
                        no_args_is_help=True)
     app.add_typer(dash, name="dashboard")

@@ -1,4 +1,5 @@
-"""scripts/scorecard.py: issue 7's targets judged on the committed benchmark JSONs."""
+"""harness/scorecard.py (`harness scorecard`, scripts/scorecard.py): issue 7's targets judged on the
+committed benchmark JSONs."""
 from __future__ import annotations
 
 import json
@@ -14,11 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def sc():
-    sys.path.insert(0, str(ROOT / "scripts"))
-    try:
-        import scorecard
-    finally:
-        sys.path.remove(str(ROOT / "scripts"))
+    from harness import scorecard
+
     return scorecard
 
 
@@ -247,6 +245,18 @@ def test_cli_errors_and_json(tmp_path):
     out = json.loads(p.stdout)
     assert p.returncode == 0 and [c["op"] for c in out["ops"]] == ["situ_and_mul"] and out["layers"] == []
     assert all({"target_us", "launch_floor_us", "reachable"} <= set(m) for m in out["ops"][0]["measured"])
+
+
+def test_harness_scorecard_is_the_same_report(tmp_path):
+    """`harness scorecard` prints what the script prints, and turns the same mistakes into one line."""
+    harness = [sys.executable, "-c", "from harness.cli import main; main()", "scorecard"]
+    script = [sys.executable, str(ROOT / "scripts" / "scorecard.py")]
+    got = [subprocess.run([*cmd, "--op", "situ_and_mul"], capture_output=True, text=True, cwd=ROOT) for cmd in (harness, script)]
+    assert got[0].returncode == got[1].returncode == 0 and got[0].stdout == got[1].stdout
+    assert "## situ_and_mul: promoted" in got[0].stdout
+    p = subprocess.run([*harness, "--op", "no_such_op"], capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode != 0 and "harness: error: no promoted kernel for no_such_op" in p.stderr
+    assert "Traceback" not in p.stderr
 
 
 def test_the_fused_op_must_beat_the_pair_it_replaces(sc):

@@ -37,8 +37,26 @@ def collect(root: Path) -> SiteData:
     for extra in sorted(p.name for p in (root / "kernels_generated").glob("*") if p.is_dir()):
         if extra not in reference_impls.OP_NAMES and not extra.startswith("."):
             warnings.append(f"kernels_generated/{extra}: not an op of the catalogue (ignored)")
+    cards, layers = _benchmarks(root, warnings)
     return SiteData(root=str(root), generated_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                    ops=ops, runs=runs, history=history, history_note=note, warnings=warnings)
+                    ops=ops, runs=runs, history=history, history_note=note, warnings=warnings,
+                    benchmarks=cards, layer_tables=layers)
+
+
+def _benchmarks(root: Path, warnings: list[str]) -> tuple[list[Any], list[Any]]:
+    """The scorecard of the committed benchmark runs under results/ (harness.scorecard): one card per
+    promoted op, one per-layer table per model config. A root without results/ has none; a run
+    that cannot be read becomes a warning, not a failed build."""
+    if not (root / "results").is_dir():
+        return [], []
+    from .. import scorecard
+
+    try:
+        files = scorecard.json_files(root / "results", root)
+        return scorecard.scorecards(root, files=files), scorecard.layer_tables(root, files=files)
+    except Exception as exc:  # noqa: BLE001 - the other pages still build; the reviewer sees why this one is empty
+        warnings.append(f"benchmarks: the scorecard of results/ failed: {type(exc).__name__}: {exc}")
+        return [], []
 
 
 def _manifest(root: Path, warnings: list[str]) -> dict[str, str]:

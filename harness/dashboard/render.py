@@ -58,8 +58,15 @@ def _env():
                              undefined=jinja2.StrictUndefined, finalize=_finalize, trim_blocks=True,
                              lstrip_blocks=True)
     env.filters.update(num=_num, pct=_pct, ts=_ts, rng=_rng, tojson_pretty=_json)
-    env.globals.update(candidate_page=candidate_page, run_page=run_page, Badge=Badge)
+    env.globals.update(candidate_page=candidate_page, run_page=run_page, Badge=Badge, sc=_scorecard())
     return env
+
+
+def _scorecard():
+    """harness.scorecard for the Benchmarks page's words (marks, summaries, legends)."""
+    from .. import scorecard
+
+    return scorecard
 
 
 def _num(v: Any, digits: int = 3) -> str:
@@ -202,6 +209,7 @@ def render_site(data: SiteData, out_dir: Path, live: bool = False) -> BuildResul
     page("index.html", "overview.html.j2", title="Overview")
     page("history.html", "history.html.j2", title="Promotion history")
     page("runs.html", "runs.html.j2", title="Agent runs")
+    page("benchmarks.html", "benchmarks.html.j2", title="Benchmarks")
     for r in data.runs:
         page(run_page(r.id), "run.html.j2", title=f"Run {r.id}", run=r, plots=run_plots(r),
              known={(o.name, c.id) for o in data.ops for c in o.candidates})

@@ -161,7 +161,35 @@ def build_root(root: Path) -> dict[str, str]:
     cpu_scope = {"archs": ["sm_90a"], "tp": [8], "batch": [1, 8], "dtypes": ["bf16"], "state_dtypes": [], "shapes": []}
     v3 = _candidate(root, CPU_OP, source("kernel_v1"), cpu_scope, "template")
     write_run(root, v2)
+    write_benchmarks(root, v1)
     return {"v1": v1, "v2": v2, "v3": v3}
+
+
+# The benchmark scripts' JSON (scripts/gpu/bench_kernels.py, bench_layers.py) is written on a GPU only,
+# so these are their formats written out by hand: the fields harness.scorecard reads.
+BENCH = {1: {"ours": 6.0, "compile": 14.0, "floor": 3.2, "copy": 4.5},     # floor MISS*: 3.2 + 1.0 > 1.3 x 3.2
+         64: {"ours": 12.0, "compile": 20.0, "floor": 10.0, "copy": 11.0}}  # floor ok; compile 1.67x < 2x: MISS
+BENCH_LAUNCH_US = 1.0
+LAYERS = {(1, 1): (900.0, 600.0, 120, 40), (64, 1): (5000.0, 4800.0, 300, 200)}   # (off us, on us, kernels off, on)
+
+
+def write_benchmarks(root: Path, promoted_id: str) -> None:
+    res = root / "results" / "h200"
+    res.mkdir(parents=True)
+    rows = [{"tp": 8, "batch": b, "shape": "", "state_dtype": "", "floor_us": v["floor"],
+             "times": {"eager": {"median_us": 50.0}, "compile": {"median_us": v["compile"]},
+                       "copy": {"median_us": v["copy"]}, f"fam:{promoted_id[:6]}": {"median_us": v["ours"]}}}
+            for b, v in BENCH.items()]
+    (res / "bench.json").write_text(json.dumps({
+        "device": "NVIDIA H200", "launch_floor_us": BENCH_LAUNCH_US,
+        "ops": {OP: {"op": OP, "candidates": {f"fam:{promoted_id[:6]}": {"id": promoted_id}}, "rows": rows}}}))
+    lrows = [{"batch": b, "layer": layer, "attn": "kda", "ffn": "moe", "kernels": side, "eager_us": 2 * us,
+              "graph_us": us, "gpu_kernels": k}
+             for (b, layer), (off, on, k_off, k_on) in LAYERS.items()
+             for side, us, k in (("off", off, k_off), ("on", on, k_on))]
+    (res / "bench_layers_k3-test.json").write_text(json.dumps({
+        "config": "k3-test", "rows": lrows, "promoted": {OP: promoted_id},
+        "registry": {"on": {f"{OP} kernel in_scope": 4, "mla_decode fallback no_kernel": 1}}}))
 
 
 def geomean(xs: list[float]) -> float:

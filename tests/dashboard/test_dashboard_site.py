@@ -9,7 +9,8 @@ from harness.dashboard import collect
 from harness.dashboard.model import Badge, PromotionState
 from harness.dashboard.render import candidate_page, run_page
 
-from dashboard_fixture_repo import FLIPS, FUSED_OFF, OP, RUN_ID, SECRET, geomean, measurements
+from dashboard_fixture_repo import (BENCH, BENCH_LAUNCH_US, FLIPS, FUSED_OFF, LAYERS, OP, RUN_ID, SECRET, geomean,
+                                    measurements)
 
 
 def _text(html: str) -> str:
@@ -24,7 +25,7 @@ def _row(html: str, attr: str) -> str:
 
 def test_every_page_written_and_linked(site):
     names = {p.name for p in site.out.iterdir()}
-    assert {"index.html", "history.html", "runs.html", "style.css", run_page(RUN_ID)} <= names
+    assert {"index.html", "history.html", "runs.html", "benchmarks.html", "style.css", run_page(RUN_ID)} <= names
     for cid in (site.ids["v1"], site.ids["v2"]):
         assert candidate_page(OP, cid) in names
     for page in site.out.glob("*.html"):
@@ -191,3 +192,24 @@ def test_a_run_stopped_mid_round_and_resumed_reads_as_it_happened(tmp_path):
     (r1,) = rv.rounds
     assert r1.finished_ts is not None and len(r1.candidates) == 3
     assert all(c.evaluate == "OK" for c in rv.candidates)
+
+
+def test_benchmarks_page_judges_the_promoted_kernel_on_the_committed_runs(site):
+    """The promoted kernel's benchmark rows with their targets, and the per-layer table, as
+    harness.scorecard judges them: the floor target 1.3x a floor of >= 2 us, the router's 2x over
+    torch.compile, a miss that floor + launch already exceeds marked unreachable."""
+    html = (site.out / "benchmarks.html").read_text()
+    assert 'href="benchmarks.html"' in (site.out / "index.html").read_text()
+    section = re.search(rf'<section class="bench" id="bench-{OP}".*?</section>', html, re.S).group(0)
+    assert candidate_page(OP, site.ids["v1"]) in section             # the promoted one, not the newer v2
+    b1, b64 = (_text(_row(section, f'data-point="TP8 B={b}"')).split() for b in (1, 64))
+    assert f"{BENCH[1]['ours']:.2f}" in b1 and f"{BENCH[1]['compile'] / BENCH[1]['ours']:.2f}x" in b1
+    assert f"{BENCH[1]['floor'] + BENCH_LAUNCH_US:.2f}" in b1       # floor + launch
+    assert "MISS*" in b1 and "compile ok" in _text(_row(section, 'data-point="TP8 B=1"'))
+    assert "floor ok" in " ".join(b64) and "compile MISS" in " ".join(b64)
+    assert "floor met at 1/2" in _text(section) and "compile met at 1/2" in _text(section)
+    layers = re.search(r'<section class="layers" id="layers-k3-test".*?</section>', html, re.S).group(0)
+    assert f"{OP} {site.ids['v1']}" in _text(layers)                 # the candidate the run loaded, still promoted
+    assert "promoted now" not in layers
+    for (b, layer), (off, on, k_off, k_on) in LAYERS.items():
+        assert f" {b} {layer} kda+moe {off:.1f} {on:.1f} {on / off:.2f} {k_off} {k_on} graph " in _text(layers)
