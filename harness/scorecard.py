@@ -324,12 +324,14 @@ class LayerRow:
 @dataclass
 class LayerTable:
     """The issue's per-layer table: per-layer decode time and GPU kernels with the promoted
-    kernels off and on, from the latest scripts/gpu/bench_layers.py run of one model config."""
+    kernels off and on, from the latest scripts/gpu/bench_layers.py run of one model config at
+    one context length (the MLA cache rows and KDA states each step reads)."""
     config: str
     source: str
     rows: list[LayerRow]
     kernel_ops: list[str]             # ops whose kernel ran on the "on" side (registry counters)
     candidates: dict[str, str] = field(default_factory=dict)   # op -> candidate id loaded (runs since session 27)
+    context: int | None = None        # tokens of context before the timed steps (None: the run did not say)
     promoted_now: dict[str, str] = field(default_factory=dict)  # op -> candidate id promoted today
 
 
@@ -338,10 +340,11 @@ def layer_tables(root: Path = ROOT, results: Path | None = None,
     from harness.promotion import read_manifest
 
     files = json_files(results or root / "results", root) if files is None else files
-    latest = {data["config"]: (path, data) for path, data in files if _is_layers(data)}   # oldest first
+    latest = {(data["config"], data.get("context")): (path, data)                       # oldest first
+              for path, data in files if _is_layers(data)}
     promoted_now = {e["op"]: e["candidate"] for e in read_manifest(root)}
     out = []
-    for config, (path, data) in sorted(latest.items()):
+    for (config, context), (path, data) in sorted(latest.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         by = {(r["batch"], r["layer"], r["kernels"]): r for r in data["rows"]}
         rows = []
         for b, layer, side in sorted(by):
@@ -353,7 +356,8 @@ def layer_tables(root: Path = ROOT, results: Path | None = None,
             rows.append(LayerRow(b, layer, f"{off.get('attn', '?')}+{off.get('ffn', '?')}", off[t], on[t],
                                  off.get("gpu_kernels", 0), on.get("gpu_kernels", 0), "graph" if graph else "eager"))
         ran = sorted({k.split()[0] for k in data.get("registry", {}).get("on", {}) if " kernel " in f" {k} "})
-        out.append(LayerTable(config, _rel(path, root), rows, ran, dict(data.get("promoted", {})), promoted_now))
+        out.append(LayerTable(config, _rel(path, root), rows, ran, candidates=dict(data.get("promoted", {})),
+                              promoted_now=promoted_now, context=context))
     return out
 
 
@@ -369,7 +373,8 @@ def kernel_on(t: LayerTable, op: str) -> str:
 
 def render_layers(t: LayerTable) -> str:
     ops = ", ".join(kernel_on(t, op) for op in t.kernel_ops) or "-"
-    lines = [f"## per layer, {t.config}: kernels off vs on ({t.source}; kernels on for {ops})",
+    ctx = f", context {t.context}" if t.context is not None else ""
+    lines = [f"## per layer, {t.config}{ctx}: kernels off vs on ({t.source}; kernels on for {ops})",
              "| B | layer | off us | on us | on/off | kernels off -> on | timing |", "|---" * 7 + "|"]
     lines += [f"| {r.batch} | {r.layer} {r.kind} | {r.off_us:.1f} | {r.on_us:.1f} | {r.on_us / r.off_us:.2f} | "
               f"{r.kernels_off} -> {r.kernels_on} | {r.timing} |" for r in t.rows]

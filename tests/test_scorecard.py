@@ -302,8 +302,20 @@ def test_the_per_layer_table_names_the_candidates_it_ran(sc, tmp_path):
     assert sc.render_layers(t).splitlines()[0].endswith("kernels on for attn_res)")
 
 
+def test_one_per_layer_table_per_config_and_context(sc, tmp_path):
+    """A run at another context length is a table of its own, not a newer run of the same one."""
+    rows = [(1, 1, "off", 900.0, 300.0, 100), (1, 1, "on", 800.0, 240.0, 40)]
+    for name, ctx in (("a.json", 1024), ("b.json", 32768), ("c.json", 1024)):
+        _layers(tmp_path / name, "k3", rows)
+        doc = json.loads((tmp_path / name).read_text())
+        (tmp_path / name).write_text(json.dumps({**doc, "context": ctx}))
+    tables = sc.layer_tables(sc.ROOT, tmp_path)
+    assert [(t.context, Path(t.source).name) for t in tables] == [(1024, "c.json"), (32768, "b.json")]
+    assert sc.render_layers(tables[1]).startswith("## per layer, k3, context 32768: kernels off vs on")
+
+
 def test_the_committed_per_layer_runs_cover_b_1_8_64(sc):
-    tables = {t.config: t for t in sc.layer_tables()}
+    tables = {t.config: t for t in sc.layer_tables() if t.context in (None, 1024)}
     t = tables["k3-tp8-rank"]
     assert {r.batch for r in t.rows} >= {1, 8, 64} and all(r.kernels_on < r.kernels_off for r in t.rows)
     assert "moe_router" in t.kernel_ops
