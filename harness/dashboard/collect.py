@@ -45,7 +45,7 @@ def collect(root: Path) -> SiteData:
 
 def _benchmarks(root: Path, warnings: list[str]) -> tuple[list[Any], list[Any]]:
     """The scorecard of the committed benchmark runs under results/ (harness.scorecard): one card per
-    promoted op, one per-layer table per model config. A root without results/ has none; a run
+    promoted op, one per-layer table per model config and context. A root without results/ has none; a run
     that cannot be read becomes a warning, not a failed build."""
     if not (root / "results").is_dir():
         return [], []

@@ -268,7 +268,7 @@ class SiteData:
     history_note: str = ""         # why history is empty (no git, no gitpython)
     warnings: list[str] = field(default_factory=list)
     benchmarks: list[Any] = field(default_factory=list)     # harness.scorecard.OpCard, one per promoted op
-    layer_tables: list[Any] = field(default_factory=list)   # harness.scorecard.LayerTable, one per model config
+    layer_tables: list[Any] = field(default_factory=list)   # harness.scorecard.LayerTable, one per model config and context
 
     def op(self, name: str) -> OpView | None:
         return next((o for o in self.ops if o.name == name), None)
