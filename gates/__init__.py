@@ -8,7 +8,6 @@ pydantic or gitpython at module level: the GPU machine has neither.
 from __future__ import annotations
 
 import enum
-import hashlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,29 +65,11 @@ class GateContext:
         return self.root / "kernels_generated" / self.op / self.candidate_id
 
 
-def sha256_files(paths: list[Path], root: Path) -> str:
-    """sha256 over (relative path, bytes) of each file, in sorted path order."""
-    h = hashlib.sha256()
-    for p in sorted(paths, key=lambda q: q.relative_to(root).as_posix()):
-        h.update(p.relative_to(root).as_posix().encode() + b"\0")
-        h.update(p.read_bytes() + b"\0")
-    return h.hexdigest()
+def gate_code_hashes(root: Path) -> dict[str, str]:
+    """Each gate's code hash: what its evidence pins (gates/pins.py says which files)."""
+    from .pins import gate_code_hash
 
-
-def gate_code_files(root: Path) -> list[Path]:
-    """The gate code that evidence pins: every .py under gates/, the output checker, the
-    static code policy (owned by the toolchain), the evidence and promotion modules."""
-    files = sorted((root / "gates").rglob("*.py"))
-    files = [f for f in files if "__pycache__" not in f.parts]
-    for rel in ("harness/compare.py", "harness/evidence.py", "harness/promotion.py",
-                "harness/toolchain/static_check.py"):
-        if (root / rel).is_file():
-            files.append(root / rel)
-    return files
-
-
-def gate_code_hash(root: Path) -> str:
-    return sha256_files(gate_code_files(root), root)
+    return {g.value: gate_code_hash(root, g.value) for g in ALL_GATES}
 
 
 from .config import GateConfig, load_config  # noqa: E402  (re-exported)

@@ -110,8 +110,7 @@ def build_pair(op: str, candidate_dir, root, model_config: str, default_layers: 
         reg = Registry(check_shapes=on_fn is None or cfg.is_k3_rank)
         reg.load_manifest(manifest, root / "kernels_generated")
         reg.register(op, scope, **kw)
-        if fused:
-            reg.disable(*fused)
+        reg.disable(*fused)
         regs.append(reg)
     regs[1].disable(op)
     with torch.no_grad():
@@ -124,8 +123,7 @@ def build_pair(op: str, candidate_dir, root, model_config: str, default_layers: 
         reg = Registry(check_shapes=cfg.is_k3_rank)       # tiny widths: the benign fn takes any size
         reg.load_manifest(manifest, root / "kernels_generated")
         reg.register(op, _any_scope(), benign_fn(op, seed), candidate="benign-perturbation")
-        if fused:
-            reg.disable(*fused)
+        reg.disable(*fused)
         pair.model_noise, pair.reg_noise, pair.noise_kind = K3Decoder(cfg, w, reg), reg, describe(op)
     return pair
 

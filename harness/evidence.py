@@ -4,6 +4,15 @@ files it judged. Written atomically (temp file, fsync, rename, read-only), never
 A record is a dataclass validated explicitly (the GPU machine has no pydantic) and, where
 pydantic is installed, through a pydantic TypeAdapter as well. `record_sha256` covers every
 other field: a record edited after writing no longer matches it.
+
+Pins (schema 2). The record-level hashes pin the candidate, its op's reference and definition,
+and the gate config; every gate entry pins its own code (`GateRecord.code_sha256`, over the
+files `gates.pins.gate_code_files` lists for that gate), and `gate_code_files` keeps each pinned
+file's own sha256 so a stale verdict can name the file that changed. `stale_reasons` says, per
+gate, why a record no longer stands for the files on disk: an edit to the perf gate's timing
+makes perf_sweep's verdicts stale and leaves the model evals' standing. Schema 1 records (one
+hash over a fixed list of gate files, which missed modules the gates import) still load, and
+every verdict in them is stale.
 """
 from __future__ import annotations
 
@@ -18,9 +27,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gates import ALL_GATES, GateResult, Verdict, gate_code_hash, sha256_files
+from gates import ALL_GATES, GateResult, Verdict
+from gates.pins import gate_code_files, sha256_files
 
-SCHEMA = 1
+SCHEMA = 2
+LEGACY_SCHEMAS = (1,)      # loaded and shown; every verdict in them is stale
 EVIDENCE_DIR = "evidence"
 
 
@@ -35,7 +46,7 @@ class Hashes:
     reference: str          # the op's reference module + shared helpers + the output checker
     definition: str         # OpDefinition.source_hash() of the op
     gate_config: str        # gates/gate_config.toml bytes
-    gate_code: str          # gates/*.py + harness/{compare,evidence,promotion}.py
+    gate_code: str | None = None   # schema 1 only: one hash over gates/*.py + a fixed list
 
 
 @dataclass
@@ -45,6 +56,7 @@ class GateRecord:
     reasons: list[str] = field(default_factory=list)
     numbers: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
+    code_sha256: str = ""   # schema 2: sha256 over gates.pins.gate_code_files(root, gate)
 
 
 @dataclass
@@ -61,10 +73,11 @@ class EvidenceRecord:
     hashes: Hashes
     hardware: dict[str, Any]
     gates: list[GateRecord]
+    gate_code_files: dict[str, str] = field(default_factory=dict)   # schema 2: pinned path -> sha256
     record_sha256: str = ""
 
     def body(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = self.to_dict()
         d.pop("record_sha256")
         return d
 
@@ -76,7 +89,16 @@ class EvidenceRecord:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The record as written: each schema's own fields only (a schema 1 record's hash was
+        computed without the fields schema 2 added)."""
+        d = asdict(self)
+        if self.schema in LEGACY_SCHEMAS:
+            d.pop("gate_code_files")
+            for g in d["gates"]:
+                g.pop("code_sha256")
+        else:
+            d["hashes"].pop("gate_code")
+        return d
 
     def gate(self, name: str) -> GateRecord | None:
         return next((g for g in self.gates if g.gate == name), None)
@@ -101,28 +123,40 @@ def from_dict(d: Any) -> EvidenceRecord:
             raise EvidenceError(f"record lacks '{key}'")
         if not isinstance(d[key], typ) or (typ is int and isinstance(d[key], bool)):
             raise EvidenceError(f"record field '{key}' must be {typ.__name__}")
-    extra = set(d) - set(_REQUIRED)
+    legacy = d["schema"] in LEGACY_SCHEMAS
+    if d["schema"] != SCHEMA and not legacy:
+        raise EvidenceError(f"record schema {d['schema']} is not {SCHEMA}")
+    allowed = set(_REQUIRED) | (set() if legacy else {"gate_code_files"})
+    extra = set(d) - allowed
     if extra:
         raise EvidenceError(f"record has unknown fields {sorted(extra)}")
-    if d["schema"] != SCHEMA:
-        raise EvidenceError(f"record schema {d['schema']} is not {SCHEMA}")
+    if not legacy and not isinstance(d.get("gate_code_files"), dict):
+        raise EvidenceError("record field 'gate_code_files' must be dict")
+    if ("gate_code" in d["hashes"]) != legacy:
+        raise EvidenceError(f"record hashes {'lack' if legacy else 'have'} 'gate_code' (schema {d['schema']})")
     try:
         hashes = Hashes(**d["hashes"])
     except TypeError as exc:
         raise EvidenceError(f"record hashes malformed: {exc}") from None
     for k, v in asdict(hashes).items():
-        if not (isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)):
+        if (v is not None or legacy) and not _is_sha256(v):
             raise EvidenceError(f"record hash '{k}' is not a sha256 hex digest")
+    for path, v in (d.get("gate_code_files") or {}).items():
+        if not (isinstance(path, str) and _is_sha256(v)):
+            raise EvidenceError(f"record gate_code_files entry {path!r} is not a path and a sha256 hex digest")
     gates = []
     known = {g.value for g in ALL_GATES}
     verdicts = {v.value for v in Verdict}
     for g in d["gates"]:
+        if not isinstance(g, dict) or ("code_sha256" in g) == legacy:
+            raise EvidenceError(f"record gate entry {g.get('gate') if isinstance(g, dict) else g!r}: "
+                                f"code_sha256 {'not allowed' if legacy else 'missing'} (schema {d['schema']})")
         try:
             gr = GateRecord(**g)
         except TypeError as exc:
             raise EvidenceError(f"record gate entry malformed: {exc}") from None
         if gr.gate not in known or gr.verdict not in verdicts or not isinstance(gr.numbers, dict) \
-                or not isinstance(gr.reasons, list):
+                or not isinstance(gr.reasons, list) or not (legacy or _is_sha256(gr.code_sha256)):
             raise EvidenceError(f"record gate entry {gr.gate!r} malformed")
         gates.append(gr)
     rec = EvidenceRecord(**{**d, "hashes": hashes, "gates": gates})
@@ -130,6 +164,10 @@ def from_dict(d: Any) -> EvidenceRecord:
     if rec.record_sha256 != rec.compute_sha256():
         raise EvidenceError("record content does not match its record_sha256 (edited after writing)")
     return rec
+
+
+def _is_sha256(v: Any) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
 
 
 def _pydantic_check(rec: EvidenceRecord) -> None:
@@ -151,8 +189,19 @@ def load(path: Path) -> EvidenceRecord:
     return from_dict(data)
 
 
-# ---- hashes of the files on disk ---------------------------------------------------------
-def current_hashes(root: Path, op: str, candidate_id: str) -> Hashes:
+# ---- pins of the files on disk -----------------------------------------------------------
+@dataclass
+class Pins:
+    """What a record made now would pin: the record-level hashes, each gate's code hash and the
+    sha256 of every file some gate's code pin covers."""
+
+    hashes: Hashes
+    gate_code: dict[str, str]            # gate -> sha256 over its pinned files
+    gate_code_files: dict[str, str]      # repo-relative path -> sha256 of the file
+    gate_files: dict[str, list[str]]     # gate -> the repo-relative paths it pins
+
+
+def current_pins(root: Path, op: str, candidate_id: str) -> Pins:
     import reference_impls
     from gates.config import config_path
 
@@ -162,19 +211,53 @@ def current_hashes(root: Path, op: str, candidate_id: str) -> Hashes:
     kernel = cdir / "kernel.py"
     ref_files = [root / "reference_impls" / f"{op}.py", root / "reference_impls" / "_common.py",
                  root / "harness" / "compare.py", root / "harness" / "opdef.py"]
-    return Hashes(
+    hashes = Hashes(
         candidate=sha256_files(cfiles, root),
         kernel=hashlib.sha256(kernel.read_bytes() if kernel.is_file() else b"").hexdigest(),
         reference=sha256_files([p for p in ref_files if p.is_file()], root),
         definition=reference_impls.get(op).source_hash(),
         gate_config=hashlib.sha256(config_path(root).read_bytes()).hexdigest(),
-        gate_code=gate_code_hash(root),
     )
+    root = root.resolve()
+    files = {g.value: gate_code_files(root, g.value) for g in ALL_GATES}
+    return Pins(hashes=hashes,
+                gate_code={g: sha256_files(fs, root) for g, fs in files.items()},
+                gate_code_files={p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                                 for fs in files.values() for p in fs},
+                gate_files={g: [p.relative_to(root).as_posix() for p in fs] for g, fs in files.items()})
 
 
-def hash_mismatches(rec: EvidenceRecord, now: Hashes) -> list[str]:
-    return [f"{k} hash differs from the files on disk (evidence {v[:12]}, now {getattr(now, k)[:12]})"
-            for k, v in asdict(rec.hashes).items() if v != getattr(now, k)]
+def hash_mismatches(rec: EvidenceRecord, now: Pins) -> list[str]:
+    """Record-level pins (candidate, kernel, reference, definition, gate config) that differ."""
+    return [f"{k} hash differs from the files on disk (evidence {v[:12]}, now {getattr(now.hashes, k)[:12]})"
+            for k, v in asdict(rec.hashes).items() if k != "gate_code" and v != getattr(now.hashes, k)]
+
+
+def stale_reasons(rec: EvidenceRecord, now: Pins) -> dict[str, list[str]]:
+    """For each gate of the record, why its verdict no longer stands for the files on disk
+    (an empty list: it still does)."""
+    common = hash_mismatches(rec, now)
+    if rec.schema in LEGACY_SCHEMAS:
+        common = common + [f"record schema {rec.schema} pins the gate code in one hash that misses modules "
+                           "the gates import; gate it again to pin each gate's code"]
+        return {g.gate: list(common) for g in rec.gates}
+    out = {}
+    for g in rec.gates:
+        reasons = list(common)
+        if g.code_sha256 != now.gate_code.get(g.gate):
+            reasons.append(f"{g.gate} code hash differs from the files on disk ({_code_diff(rec, now, g.gate)})")
+        out[g.gate] = reasons
+    return out
+
+
+def _code_diff(rec: EvidenceRecord, now: Pins, gate: str) -> str:
+    """Which of the gate's pinned files changed, or are pinned now and were not then."""
+    was = rec.gate_code_files
+    changed = sorted(p for p in now.gate_files[gate] if p in was and was[p] != now.gate_code_files[p])
+    added = sorted(p for p in now.gate_files[gate] if p not in was)
+    parts = [f"{label}: {', '.join(paths[:3])}{' ...' if len(paths) > 3 else ''}"
+             for label, paths in (("changed", changed), ("now pinned too", added)) if paths]
+    return "; ".join(parts) or "a file it pinned is no longer pinned"
 
 
 # ---- hardware fingerprint --------------------------------------------------------------
@@ -231,14 +314,17 @@ def build(root: Path, op: str, candidate_id: str, results: list[GateResult], con
           base_commit: str = "", head_commit: str = "", hardware: dict[str, Any] | None = None) -> EvidenceRecord:
     from harness import __version__
 
-    gates = [GateRecord(r.gate, r.verdict.value, list(r.reasons), _jsonable(r.numbers), r.duration_s) for r in results]
+    pins = current_pins(root, op, candidate_id)
+    gates = [GateRecord(r.gate, r.verdict.value, list(r.reasons), _jsonable(r.numbers), r.duration_s,
+                        code_sha256=pins.gate_code[r.gate]) for r in results]
+    pinned = sorted({p for r in results for p in pins.gate_files[r.gate]})
     rec = EvidenceRecord(schema=SCHEMA, op=op, candidate_id=candidate_id,
                          created_utc=datetime.now(timezone.utc).isoformat(timespec="microseconds"),
                          host=socket.gethostname(), harness_version=__version__,
                          gate_config_version=config_version, base_commit=base_commit, head_commit=head_commit,
-                         hashes=current_hashes(root, op, candidate_id),
+                         hashes=pins.hashes,
                          hardware=_jsonable(hardware if hardware is not None else hardware_fingerprint()),
-                         gates=gates)
+                         gates=gates, gate_code_files={p: pins.gate_code_files[p] for p in pinned})
     return rec.seal()
 
 

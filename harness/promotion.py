@@ -70,10 +70,10 @@ def assess(root: Path, op: str, candidate_id: str) -> Assessment:
         return a
     a.scope = cand.scope.to_json()
     config = _config(root)
-    now = ev.current_hashes(root, op, candidate_id)
+    now = ev.current_pins(root, op, candidate_id)
     git = _git(root)
-    usable: list[tuple[Path, ev.EvidenceRecord]] = []
-    stale: dict[str, list[str]] = {}
+    usable: list[tuple[Path, ev.EvidenceRecord, set[str]]] = []   # (path, record, its gates that stand)
+    stale: dict[str, list[str]] = {}       # gate -> why the newest record of it no longer stands
     for path, rec in ev.records(root, op, candidate_id):
         if isinstance(rec, ev.EvidenceError):
             a.problems.append(f"evidence {path.name}: forged or corrupt: {rec}")
@@ -83,21 +83,22 @@ def assess(root: Path, op: str, candidate_id: str) -> Assessment:
             continue
         if git is not None:
             a.problems += [f"evidence {path.name}: {p}" for p in _git_history_problems(git, root, path)]
-        mism = ev.hash_mismatches(rec, now)
-        if mism:
-            for g in rec.gates:
-                stale.setdefault(g.gate, mism)
-            continue
-        usable.append((path, rec))
-    usable.sort(key=lambda pr: pr[1].created_utc)
+        reasons = ev.stale_reasons(rec, now)
+        for g, why in reasons.items():
+            if why and (g not in stale or rec.created_utc >= stale[g][0]):
+                stale[g] = [rec.created_utc, *why]
+        standing = {g for g, why in reasons.items() if not why}
+        if standing:
+            usable.append((path, rec, standing))
+    usable.sort(key=lambda prs: prs[1].created_utc)
     for gate in ALL_GATES:
         latest = None
-        for path, rec in usable:
+        for path, rec, standing in usable:
             gr = rec.gate(gate.value)
-            if gr is not None:
+            if gr is not None and gate.value in standing:
                 latest = (path, gr)
         if latest is None:
-            why = f"evidence is stale: {stale[gate.value][0]}" if gate.value in stale else "no evidence"
+            why = f"evidence is stale: {stale[gate.value][1]}" if gate.value in stale else "no evidence"
             a.problems.append(f"gate {gate.value}: {why} (run `harness gate {op} {candidate_id}`)")
             continue
         path, gr = latest

@@ -47,21 +47,22 @@ def promoted_ids(root: Path) -> set[tuple[str, str]]:
 
 
 def stale_records(root: Path, op: str, cid: str) -> list[Path]:
-    """The records of a candidate whose hashes differ from the files on disk, less any that is the
-    only record (stale or not) of one of its gates."""
+    """The records of a candidate in which no gate's verdict stands for the files on disk any more
+    (evidence.stale_reasons), less any that is the only record (stale or not) of one of its gates."""
     from harness import evidence as ev
 
-    now = ev.current_hashes(root, op, cid)
+    now = ev.current_pins(root, op, cid)
     stale, gates_current = [], set()
     gates_of: dict[Path, set[str]] = {}
     for path, rec in ev.records(root, op, cid):
         if isinstance(rec, ev.EvidenceError):
             continue                      # corrupt: ci verify reports it; never archived silently
         gates_of[path] = {g.gate for g in rec.gates}
-        if ev.hash_mismatches(rec, now):
-            stale.append(path)
+        standing = {g for g, why in ev.stale_reasons(rec, now).items() if not why}
+        if standing:
+            gates_current |= standing
         else:
-            gates_current |= gates_of[path]
+            stale.append(path)
     return sorted(p for p in stale if gates_of[p] <= gates_current)
 
 

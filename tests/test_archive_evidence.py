@@ -85,8 +85,9 @@ def _fake_evidence(monkeypatch, recs: dict[str, _Rec]):
         return [(folder / f"{name}.json", recs[name]) for name in sorted(recs)]
 
     monkeypatch.setattr(ev, "records", records)
-    monkeypatch.setattr(ev, "current_hashes", lambda root, op, cid: {})
-    monkeypatch.setattr(ev, "hash_mismatches", lambda rec, now: ["gate_code differs"] if rec.stale else [])
+    monkeypatch.setattr(ev, "current_pins", lambda root, op, cid: {})
+    monkeypatch.setattr(ev, "stale_reasons",
+                        lambda rec, now: {g.gate: ["perf_sweep code hash differs"] if rec.stale else [] for g in rec.gates})
 
 
 def test_stale_archives_superseded_records_of_a_promoted_candidate(ae, tmp_path, monkeypatch):

@@ -108,7 +108,7 @@ def _evidence(root: Path, cv: CandidateView) -> None:
     """Every record of the candidate, and the latest verdict per gate (fresh records win
     over stale ones, as promotion judges)."""
     try:
-        now = ev.current_hashes(root, cv.op, cv.id)
+        now = ev.current_pins(root, cv.op, cv.id)
     except Exception:  # noqa: BLE001 - a root without gates/ or references: freshness unknown
         now = None
     latest: dict[str, tuple[bool, str, GateView]] = {}
@@ -116,16 +116,18 @@ def _evidence(root: Path, cv: CandidateView) -> None:
         if isinstance(rec, ev.EvidenceError):
             cv.evidence.append(EvidenceView(file=path.name, error=str(rec)))
             continue
-        stale = ev.hash_mismatches(rec, now) if now is not None else []
+        per_gate = ev.stale_reasons(rec, now) if now is not None else {}
+        stale = list(dict.fromkeys(r for why in per_gate.values() for r in why))
         hw = rec.hardware or {}
         cv.evidence.append(EvidenceView(file=path.name, created_utc=rec.created_utc, host=rec.host,
                                         gpu=str(hw.get("gpu", "no GPU")), hardware=hw,
                                         gate_config_version=rec.gate_config_version, head_commit=rec.head_commit,
                                         verdicts={g.gate: g.verdict for g in rec.gates}, stale=stale))
         for g in rec.gates:
+            gstale = per_gate.get(g.gate, [])
             gv = GateView(gate=g.gate, badge=Badge(g.verdict), record=path.name, created_utc=rec.created_utc,
-                          host=rec.host, stale=stale, reasons=list(g.reasons), numbers=g.numbers, duration_s=g.duration_s)
-            rank = (not stale, rec.created_utc)
+                          host=rec.host, stale=gstale, reasons=list(g.reasons), numbers=g.numbers, duration_s=g.duration_s)
+            rank = (not gstale, rec.created_utc)
             if g.gate not in latest or rank >= latest[g.gate][:2]:
                 latest[g.gate] = (*rank, gv)
     cv.evidence.sort(key=lambda e: e.created_utc or e.file, reverse=True)

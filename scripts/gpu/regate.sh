@@ -102,7 +102,7 @@ SPECS="$*"
 export PHASE ONLY WORK HEAD_DIR OUT TMP SPECS
 
 echo "== $(date -u +%FT%TZ) regate $PHASE, $JOBS at once: $*"
-echo "== gate code $(python3 -c 'from pathlib import Path; from gates import gate_code_hash; print(gate_code_hash(Path.cwd())[:12])')"
+echo "== gate code $(python3 -c 'from pathlib import Path; from gates import gate_code_hashes; print(" ".join(f"{g}={h[:12]}" for g, h in gate_code_hashes(Path.cwd()).items()))')"
 if [ "$PHASE" = perf ]; then
   # perf_sweep compiles each candidate in a sandbox first (cached under HARNESS_CACHE): on a
   # machine that did not run the checks, fill that cache for every candidate at once first.

@@ -1,0 +1,172 @@
+"""Per-gate code pins (gates/pins.py) and what they make stale (harness/evidence.py)."""
+from __future__ import annotations
+
+import json
+import lzma
+from pathlib import Path
+
+import pytest
+
+from gates import ALL_GATES, GateResult, Verdict
+from gates.pins import gate_code_files, gate_code_hash
+from harness import evidence as ev
+from harness.promotion import assess
+
+REPO = Path(__file__).resolve().parents[2]
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "evidence" / "schema1_gemm_situ_and_mul_49738245078c.json.xz"
+
+
+def _pinned(gate: str, root: Path = REPO) -> set[str]:
+    return {p.relative_to(root.resolve()).as_posix() for p in gate_code_files(root, gate)}
+
+
+def test_each_gate_pins_what_it_imports():
+    perf, model, iso = _pinned("perf_sweep"), _pinned("numerics_model"), _pinned("isolation")
+    # the modules session 27 found outside the old fixed list
+    assert {"harness/toolchain/timing.py", "harness/model/decoder.py", "harness/model/graph.py",
+            "harness/registry.py", "harness/toolchain/sandbox.py", "harness/toolchain/candidate.py"} <= perf
+    assert {"harness/model/data/prompts.jsonl", "harness/model/data/schemas.json",
+            "harness/model/grammar.py", "gates/_model_runs.py"} <= model
+    # harness.toolchain's lazy `load_compiled` resolves through its _EXPORTS map to loader.py
+    assert "harness/toolchain/loader.py" in _pinned("numerics_unit")
+    assert "harness/compare.py" in _pinned("numerics_unit")
+    assert {"gates/isolation.py", "gates/_git.py"} <= iso and "harness/toolchain/timing.py" not in iso
+    for g in ALL_GATES:
+        pins = _pinned(g.value)
+        assert {f"gates/{g.value}.py", "gates/__init__.py", "gates/_isolated.py", "harness/evidence.py"} <= pins
+        # judges and references are pinned elsewhere (or by their tests), never through gate code
+        assert not any(p.startswith(("reference_impls/", "harness/dashboard/", "harness/agent/")) for p in pins)
+        assert "harness/promotion.py" not in pins and "gates/suite.py" not in pins
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    p = root / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(text)
+
+
+def test_closure_follows_relative_lazy_and_function_level_imports(tmp_path):
+    _write(tmp_path, "gates/__init__.py", "")
+    _write(tmp_path, "gates/_isolated.py", "")
+    _write(tmp_path, "harness/__init__.py", "")
+    _write(tmp_path, "harness/evidence.py", "")
+    _write(tmp_path, "gates/mygate.py", "from . import _helper\n\ndef run():\n    from harness.lazy import thing\n")
+    _write(tmp_path, "gates/_helper.py", "from ..harness import nothing_here\nimport harness.deep.mod\n")
+    _write(tmp_path, "harness/deep/__init__.py", "")
+    _write(tmp_path, "harness/deep/mod.py", "")
+    _write(tmp_path, "harness/deep/data/table.json", "{}")
+    _write(tmp_path, "harness/lazy/__init__.py",
+           "_EXPORTS = {'thing': 'impl', 'other': 'unused'}\n\ndef __getattr__(name):\n    pass\n")
+    _write(tmp_path, "harness/lazy/impl.py", "")
+    _write(tmp_path, "harness/lazy/unused.py", "")
+    _write(tmp_path, "harness/unrelated.py", "")
+    got = _pinned("mygate", tmp_path)
+    assert got == {"gates/__init__.py", "gates/_isolated.py", "gates/mygate.py", "gates/_helper.py",
+                   "harness/__init__.py", "harness/evidence.py", "harness/deep/__init__.py",
+                   "harness/deep/mod.py", "harness/deep/data/table.json", "harness/lazy/__init__.py",
+                   "harness/lazy/impl.py"}
+    h = gate_code_hash(tmp_path, "mygate")
+    _write(tmp_path, "harness/unrelated.py", "x = 1\n")
+    assert gate_code_hash(tmp_path, "mygate") == h
+    _write(tmp_path, "harness/lazy/impl.py", "x = 1\n")
+    assert gate_code_hash(tmp_path, "mygate") != h
+    _write(tmp_path, "gates/_helper.py", "import harness.unrelated\n")         # a new import is pinned at once
+    assert "harness/unrelated.py" in _pinned("mygate", tmp_path)
+
+
+def test_lazy_package_without_exports_map_pins_every_submodule(tmp_path):
+    _write(tmp_path, "gates/__init__.py", "")
+    _write(tmp_path, "gates/g.py", "from harness.lazy import anything\n")
+    _write(tmp_path, "harness/__init__.py", "")
+    _write(tmp_path, "harness/lazy/__init__.py", "def __getattr__(name):\n    pass\n")
+    _write(tmp_path, "harness/lazy/a.py", "")
+    _write(tmp_path, "harness/lazy/b.py", "")
+    assert {"harness/lazy/a.py", "harness/lazy/b.py"} <= _pinned("g", tmp_path)
+
+
+def _results(root: Path, cid: str) -> list[GateResult]:
+    from test_promotion import _passing_results
+
+    return _passing_results(root, cid)
+
+
+def _standing(root: Path, cid: str) -> dict[str, bool]:
+    (path, rec), = ev.records(root, "moe_router", cid)
+    return {g: not why for g, why in ev.stale_reasons(rec, ev.current_pins(root, "moe_router", cid)).items()}
+
+
+def test_an_edit_stales_only_the_gates_that_import_it(repo):
+    root, cid = repo
+    rec = ev.build(root, "moe_router", cid, _results(root, cid), 1, hardware={})
+    assert all(g.code_sha256 == gate_code_hash(root, g.gate) for g in rec.gates)
+    assert set(rec.gate_code_files) == {p for g in ALL_GATES for p in _pinned(g.value, root)}
+    ev.write(rec, root)
+    assert all(_standing(root, cid).values())
+    timing = root / "harness" / "toolchain" / "timing.py"
+    timing.write_text(timing.read_text() + "\n# an edit\n")
+    standing = _standing(root, cid)
+    assert not standing["perf_sweep"] and not standing["numerics_model"]
+    assert standing["isolation"] and standing["static"] and standing["scope"] and standing["numerics_unit"]
+    problems = assess(root, "moe_router", cid).problems
+    assert any("gate perf_sweep: evidence is stale: perf_sweep code hash differs" in p
+               and "changed: harness/toolchain/timing.py" in p for p in problems)
+    assert not any("gate isolation" in p for p in problems)
+    # an edit to a judge stales nothing
+    prom = root / "harness" / "promotion.py"
+    prom.write_text(prom.read_text() + "\n# a judge's edit\n")
+    assert _standing(root, cid)["isolation"]
+
+
+def test_stale_message_quotes_the_newest_record(repo):
+    root, cid = repo
+    ev.write(ev.build(root, "moe_router", cid, _results(root, cid), 1, hardware={}), root)
+    cfg = root / "gates" / "gate_config.toml"
+    cfg.write_text(cfg.read_text() + "\n")
+    ev.write(ev.build(root, "moe_router", cid, _results(root, cid), 1, hardware={}), root)
+    newest_cfg = ev.current_pins(root, "moe_router", cid).hashes.gate_config
+    k = root / "gates" / "perf_sweep.py"
+    k.write_text(k.read_text() + "\n# edit\n")
+    cfg.write_text(cfg.read_text() + "\n")
+    problems = [p for p in assess(root, "moe_router", cid).problems if "gate perf_sweep" in p]
+    assert len(problems) == 1 and f"evidence {newest_cfg[:12]}" in problems[0]
+
+
+def test_schema1_record_loads_and_every_verdict_is_stale(tmp_path):
+    data = json.loads(lzma.decompress(FIXTURE.read_bytes()))
+    assert data["schema"] == 1 and "gate_code" in data["hashes"]
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(data))
+    rec = ev.load(p)                      # its record_sha256 still verifies under the schema 2 code
+    assert rec.to_dict() == data
+    pins = ev.current_pins(REPO, rec.op, rec.candidate_id)
+    reasons = ev.stale_reasons(rec, pins)
+    assert set(reasons) == {g.gate for g in rec.gates}
+    assert all(any("record schema 1" in r for r in why) for why in reasons.values())
+    data["gates"][0]["numbers"]["forged"] = 1
+    p.write_text(json.dumps(data))
+    with pytest.raises(ev.EvidenceError, match="record_sha256"):
+        ev.load(p)
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (lambda d: d["gates"][0].pop("code_sha256"), "code_sha256 missing"),
+    (lambda d: d["gates"][0].__setitem__("code_sha256", "x" * 64), "malformed"),
+    (lambda d: d["hashes"].__setitem__("gate_code", "0" * 64), "have 'gate_code'"),
+    (lambda d: d.pop("gate_code_files"), "gate_code_files"),
+    (lambda d: d["gate_code_files"].__setitem__("gates/x.py", "nope"), "gate_code_files entry"),
+])
+def test_schema2_record_shape_is_enforced(repo, tmp_path, edit, needle):
+    root, cid = repo
+    data = ev.build(root, "moe_router", cid, _results(root, cid), 1, hardware={}).to_dict()
+    assert data["schema"] == 2 and ev.from_dict(json.loads(json.dumps(data)))
+    edit(data)
+    with pytest.raises(ev.EvidenceError, match=needle):
+        ev.from_dict(data)
+
+
+def test_a_record_writes_only_its_gates_pinned_files(repo):
+    root, cid = repo
+    only_iso = [r for r in _results(root, cid) if r.gate == "isolation"]
+    rec = ev.build(root, "moe_router", cid, only_iso, 1, hardware={})
+    assert set(rec.gate_code_files) == _pinned("isolation", root)
+    assert [g.gate for g in rec.gates] == ["isolation"] and rec.gates[0].verdict == Verdict.PASS.value
