@@ -1,4 +1,4 @@
-"""`harness gate`, `harness promote`, `harness demote`, `harness ci verify|promote`."""
+"""`harness gate`, `harness promote`, `harness demote`, `harness ci verify|promote|pins`."""
 from __future__ import annotations
 
 import signal
@@ -240,6 +240,36 @@ def register(app: typer.Typer) -> None:
             return
         for o in out:
             print(o if isinstance(o, str) else f"promoted {o.op}/{o.candidate_id} on {o.branch or '(no commit)'} {o.commit[:12]}")
+
+
+    @ci_app.command("pins")
+    def ci_pins_cmd(paths_: list[str] = typer.Argument(None, metavar="[PATH]...",
+                                                       help="Files to look up (default: a summary per gate)."),
+                    files: bool = typer.Option(False, "--files", help="List every file each gate pins."),
+                    json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """Which gates' evidence pins which files: an edit to a file stales the verdicts of the
+        gates that pin it, and only those (re-run them with `harness gate OP ID --only G,...`)."""
+        from . import paths
+        from .pin_report import gate_pins, path_pins
+
+        root = paths.root()
+        if paths_:
+            found = path_pins(root, paths_)
+            if json_out:
+                print_json(found)
+                return
+            for f in found:
+                print(f"{f.path}: {', '.join(f.gates) if f.gates else 'no gate code pins it'}")
+            return
+        pins = gate_pins(root)
+        if json_out:
+            print_json(pins)
+            return
+        for g in pins:
+            print(f"{g.gate:15} {g.code_sha256[:12]}  {len(g.files):3d} files")
+            if files:
+                for f in g.files:
+                    print(f"    {f}")
 
 
 def _head(root: Path) -> str:

@@ -99,7 +99,7 @@ def assess(root: Path, op: str, candidate_id: str) -> Assessment:
                 latest = (path, gr)
         if latest is None:
             why = f"evidence is stale: {stale[gate.value][1]}" if gate.value in stale else "no evidence"
-            a.problems.append(f"gate {gate.value}: {why} (run `harness gate {op} {candidate_id}`)")
+            a.problems.append(f"gate {gate.value}: {why} (run `harness gate {op} {candidate_id} --only {gate.value}`)")
             continue
         path, gr = latest
         a.gates[gate.value] = {"verdict": gr.verdict, "record": path.name, "reasons": gr.reasons[:3]}

@@ -143,3 +143,35 @@ def test_gate_cut_short_by_sigterm_keeps_the_finished_gates(repo, capsys, monkey
     assert rec["interrupted"] is True and [g["gate"] for g in rec["gates"]] == ["isolation"]
     assert rec["gates"][0]["verdict"] == "pass" and os.path.isfile(rec["record"])
     assert "interrupted after 1 finished gate(s); writing their evidence" in err
+
+
+def test_ci_pins_names_the_gates_an_edit_would_stale(repo, capsys):
+    root, cid = repo
+    code, out, _ = _cli(capsys, "ci", "pins", str(root / "harness/toolchain/timing.py"),
+                        str(root / "gates/_git.py"), str(root / "harness/promotion.py"), "--json")
+    assert code == 0
+    assert {p["path"]: p["gates"] for p in json.loads(out)} == {
+        "harness/toolchain/timing.py": ["numerics_model", "perf_sweep"],
+        "gates/_git.py": ["isolation"],
+        "harness/promotion.py": []}
+    code, out, _ = _cli(capsys, "ci", "pins")
+    assert code == 0 and [line.split()[0] for line in out.splitlines()] == \
+        ["isolation", "static", "scope", "numerics_unit", "numerics_model", "perf_sweep"]
+    code, _, err = _cli(capsys, "ci", "pins", "/etc/hostname")
+    assert code == 2 and "not inside the repository" in err and "Traceback" not in err
+
+
+def test_ci_verify_names_the_one_gate_to_rerun(repo, capsys):
+    root, cid = repo
+    _gate(root, cid)
+    from harness.promotion import promote
+
+    promote(root, OP, cid, commit=False)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "promote")
+    g = root / "gates" / "_git.py"
+    g.write_text(g.read_text() + "\n# an edit to isolation's git helper\n")
+    code, out, _ = _cli(capsys, "ci", "verify", "--no-compile", "--json")
+    problems = json.loads(out)["problems"]
+    stale = [p for p in problems if "evidence is stale" in p]
+    assert code == 1 and len(stale) == 1 and "--only isolation" in stale[0] and "changed: gates/_git.py" in stale[0]
