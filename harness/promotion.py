@@ -74,7 +74,7 @@ def assess(root: Path, op: str, candidate_id: str) -> Assessment:
     git = _git(root)
     usable: list[tuple[Path, ev.EvidenceRecord, set[str]]] = []   # (path, record, its gates that stand)
     stale: dict[str, list[str]] = {}       # gate -> why the newest record of it no longer stands
-    for path, rec in ev.records(root, op, candidate_id):
+    for path, rec in ev.records(root, op, candidate_id):     # oldest first: a later record overwrites
         if isinstance(rec, ev.EvidenceError):
             a.problems.append(f"evidence {path.name}: forged or corrupt: {rec}")
             continue
@@ -84,9 +84,7 @@ def assess(root: Path, op: str, candidate_id: str) -> Assessment:
         if git is not None:
             a.problems += [f"evidence {path.name}: {p}" for p in _git_history_problems(git, root, path)]
         reasons = ev.stale_reasons(rec, now)
-        for g, why in reasons.items():
-            if why and (g not in stale or rec.created_utc >= stale[g][0]):
-                stale[g] = [rec.created_utc, *why]
+        stale.update({g: why for g, why in reasons.items() if why})
         standing = {g for g, why in reasons.items() if not why}
         if standing:
             usable.append((path, rec, standing))
@@ -98,7 +96,7 @@ def assess(root: Path, op: str, candidate_id: str) -> Assessment:
             if gr is not None and gate.value in standing:
                 latest = (path, gr)
         if latest is None:
-            why = f"evidence is stale: {stale[gate.value][1]}" if gate.value in stale else "no evidence"
+            why = f"evidence is stale: {stale[gate.value][0]}" if gate.value in stale else "no evidence"
             a.problems.append(f"gate {gate.value}: {why} (run `harness gate {op} {candidate_id} --only {gate.value}`)")
             continue
         path, gr = latest

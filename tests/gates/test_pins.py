@@ -45,21 +45,19 @@ def _write(root: Path, rel: str, text: str) -> None:
     p.write_text(text)
 
 
+def _tree(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        _write(root, rel, text)
+
+
 def test_closure_follows_relative_lazy_and_function_level_imports(tmp_path):
-    _write(tmp_path, "gates/__init__.py", "")
-    _write(tmp_path, "gates/_isolated.py", "")
-    _write(tmp_path, "harness/__init__.py", "")
-    _write(tmp_path, "harness/evidence.py", "")
-    _write(tmp_path, "gates/mygate.py", "from . import _helper\n\ndef run():\n    from harness.lazy import thing\n")
-    _write(tmp_path, "gates/_helper.py", "from ..harness import nothing_here\nimport harness.deep.mod\n")
-    _write(tmp_path, "harness/deep/__init__.py", "")
-    _write(tmp_path, "harness/deep/mod.py", "")
-    _write(tmp_path, "harness/deep/data/table.json", "{}")
-    _write(tmp_path, "harness/lazy/__init__.py",
-           "_EXPORTS = {'thing': 'impl', 'other': 'unused'}\n\ndef __getattr__(name):\n    pass\n")
-    _write(tmp_path, "harness/lazy/impl.py", "")
-    _write(tmp_path, "harness/lazy/unused.py", "")
-    _write(tmp_path, "harness/unrelated.py", "")
+    _tree(tmp_path, {
+        "gates/__init__.py": "", "gates/_isolated.py": "", "harness/__init__.py": "", "harness/evidence.py": "",
+        "gates/mygate.py": "from . import _helper\n\ndef run():\n    from harness.lazy import thing\n",
+        "gates/_helper.py": "from ..harness import nothing_here\nimport harness.deep.mod\n",
+        "harness/deep/__init__.py": "", "harness/deep/mod.py": "", "harness/deep/data/table.json": "{}",
+        "harness/lazy/__init__.py": "_EXPORTS = {'thing': 'impl', 'other': 'unused'}\n\ndef __getattr__(name):\n    pass\n",
+        "harness/lazy/impl.py": "", "harness/lazy/unused.py": "", "harness/unrelated.py": ""})
     got = _pinned("mygate", tmp_path)
     assert got == {"gates/__init__.py", "gates/_isolated.py", "gates/mygate.py", "gates/_helper.py",
                    "harness/__init__.py", "harness/evidence.py", "harness/deep/__init__.py",
@@ -75,12 +73,9 @@ def test_closure_follows_relative_lazy_and_function_level_imports(tmp_path):
 
 
 def test_lazy_package_without_exports_map_pins_every_submodule(tmp_path):
-    _write(tmp_path, "gates/__init__.py", "")
-    _write(tmp_path, "gates/g.py", "from harness.lazy import anything\n")
-    _write(tmp_path, "harness/__init__.py", "")
-    _write(tmp_path, "harness/lazy/__init__.py", "def __getattr__(name):\n    pass\n")
-    _write(tmp_path, "harness/lazy/a.py", "")
-    _write(tmp_path, "harness/lazy/b.py", "")
+    _tree(tmp_path, {"gates/__init__.py": "", "gates/g.py": "from harness.lazy import anything\n",
+                     "harness/__init__.py": "", "harness/lazy/__init__.py": "def __getattr__(name):\n    pass\n",
+                     "harness/lazy/a.py": "", "harness/lazy/b.py": ""})
     assert {"harness/lazy/a.py", "harness/lazy/b.py"} <= _pinned("g", tmp_path)
 
 
