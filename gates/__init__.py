@@ -67,9 +67,9 @@ class GateContext:
 
 def gate_code_hashes(root: Path) -> dict[str, str]:
     """Each gate's code hash: what its evidence pins (gates/pins.py says which files)."""
-    from .pins import gate_code_hash
+    from .pins import gate_code_pins
 
-    return {g.value: gate_code_hash(root, g.value) for g in ALL_GATES}
+    return {g: c.code_sha256 for g, c in gate_code_pins(root).items()}
 
 
 from .config import GateConfig, load_config  # noqa: E402  (re-exported)

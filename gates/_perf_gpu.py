@@ -6,7 +6,7 @@ toolchain's `time_interleaved`: CUDA-graph replay of many calls, inputs and weig
 through copies spanning >= 3 x L2, warm-up, A B B A rounds in one process on one GPU.
 The roofline floor is min_bytes / the bandwidth measured in the same run. Then the
 per-layer end-to-end A/B: the K3 decode step with the kernel on vs off, CUDA-graph replays
-interleaved A B B A (_k3.layer_ab).
+interleaved A B B A (_layer_ab.layer_ab).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def measure(ctx: GateContext) -> tuple[list[dict[str, Any]], dict[str, Any] | No
     from harness.toolchain.compile import static_for_point
     from harness.toolchain.timing import measure_bandwidth, rotation_copies, time_interleaved
 
-    from . import _k3
+    from . import _k3, _layer_ab
     from .points import key, scope_points
 
     defn = reference_impls.get(ctx.op)
@@ -92,7 +92,7 @@ def measure(ctx: GateContext) -> tuple[list[dict[str, Any]], dict[str, Any] | No
             preset = f"k3-tp{cand.scope.tp[0]}-rank"
             layers = int(c("layer_model_layers"))
         pair = _k3.build_pair(ctx.op, ctx.candidate_dir, ctx.root, f"{preset}:{layers}", layers, "cuda")
-        layer = _k3.layer_ab(pair, int(c("layer_batch")), rounds, int(c("layer_steps_per_sample")))
+        layer = _layer_ab.layer_ab(pair, int(c("layer_batch")), rounds, int(c("layer_steps_per_sample")))
         layer["fused_kernels_off"] = list(pair.fused_off)
         if layer["kernel_calls_on"] < 1:
             layer_error = f"per-layer A/B: the kernel never ran with it on ({pair.trace()['errors_on'] or 'no in-scope call'})"

@@ -47,16 +47,16 @@ def pooled_noise(runs: list[dict[str, Any]], stat: str) -> float:
     """`stat` of the noise paths of all runs together: the largest max_* value, and mean_kl
     weighted by each noise path's steps (its per-step series, else the run's tokens).
     0.0 when no run has a noise path."""
-    noises = [(r["noise"], r) for r in runs if r.get("noise")]
-    vals = [(float(n.get(stat, 0.0) or 0.0), n, r) for n, r in noises if n.get(stat) is not None]
-    if not vals:
+    measured = [r for r in runs if r.get("noise") and r["noise"].get(stat) is not None]
+    if not measured:
         return 0.0
+    values = [float(r["noise"][stat] or 0.0) for r in measured]
     if not stat.startswith("mean_"):
-        return max(v for v, _, _ in vals)
-    steps = [len(n.get("kl_per_step") or []) or int(r.get("tokens", 0) or 0) for _, n, r in vals]
+        return max(values)
+    steps = [len(r["noise"].get("kl_per_step") or []) or int(r.get("tokens", 0) or 0) for r in measured]
     if sum(steps) == 0:
-        return max(v for v, _, _ in vals)
-    return sum(v * s for (v, _, _), s in zip(vals, steps)) / sum(steps)
+        return max(values)
+    return sum(v * s for v, s in zip(values, steps)) / sum(steps)
 
 
 def _agreement_min(run: dict[str, Any], stat: str, abs_min: float, margin: float) -> float:

@@ -7,7 +7,7 @@ other field: a record edited after writing no longer matches it.
 
 Pins (schema 2). The record-level hashes pin the candidate, its op's reference and definition,
 and the gate config; every gate entry pins its own code (`GateRecord.code_sha256`, over the
-files `gates.pins.gate_code_files` lists for that gate), and `gate_code_files` keeps each pinned
+files `gates.pins.gate_code_pins` lists for that gate), and `gate_code_files` keeps each pinned
 file's own sha256 so a stale verdict can name the file that changed. `stale_reasons` says, per
 gate, why a record no longer stands for the files on disk: an edit to the perf gate's timing
 makes perf_sweep's verdicts stale and leaves the model evals' standing. Schema 1 records (one
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from gates import ALL_GATES, GateResult, Verdict
-from gates.pins import gate_code_files, sha256_files
+from gates.pins import gate_code_pins, sha256_files
 
 SCHEMA = 2
 LEGACY_SCHEMAS = (1,)      # loaded and shown; every verdict in them is stale
@@ -56,7 +56,7 @@ class GateRecord:
     reasons: list[str] = field(default_factory=list)
     numbers: dict[str, Any] = field(default_factory=dict)
     duration_s: float = 0.0
-    code_sha256: str = ""   # schema 2: sha256 over gates.pins.gate_code_files(root, gate)
+    code_sha256: str = ""   # schema 2: gates.pins.gate_code_pins(root)[gate].code_sha256
 
 
 @dataclass
@@ -218,13 +218,11 @@ def current_pins(root: Path, op: str, candidate_id: str) -> Pins:
         definition=reference_impls.get(op).source_hash(),
         gate_config=hashlib.sha256(config_path(root).read_bytes()).hexdigest(),
     )
-    root = root.resolve()
-    files = {g.value: gate_code_files(root, g.value) for g in ALL_GATES}
+    code = gate_code_pins(root)
     return Pins(hashes=hashes,
-                gate_code={g: sha256_files(fs, root) for g, fs in files.items()},
-                gate_code_files={p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-                                 for fs in files.values() for p in fs},
-                gate_files={g: [p.relative_to(root).as_posix() for p in fs] for g, fs in files.items()})
+                gate_code={g: c.code_sha256 for g, c in code.items()},
+                gate_code_files={f: h for c in code.values() for f, h in c.file_sha256.items()},
+                gate_files={g: list(c.files) for g, c in code.items()})
 
 
 def hash_mismatches(rec: EvidenceRecord, now: Pins) -> list[str]:

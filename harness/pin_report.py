@@ -27,15 +27,9 @@ class PathPins:
 
 
 def gate_pins(root: Path) -> list[GatePin]:
-    from gates import ALL_GATES
-    from gates.pins import gate_code_files, sha256_files
+    from gates.pins import gate_code_pins
 
-    root = root.resolve()
-    out = []
-    for g in ALL_GATES:
-        files = gate_code_files(root, g.value)
-        out.append(GatePin(g.value, sha256_files(files, root), [p.relative_to(root).as_posix() for p in files]))
-    return out
+    return [GatePin(g, c.code_sha256, list(c.files)) for g, c in gate_code_pins(root).items()]
 
 
 def path_pins(root: Path, paths: list[str]) -> list[PathPins]:

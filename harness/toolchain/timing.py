@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -104,6 +105,24 @@ def roofline_fraction(min_bytes: int, bandwidth_bytes_per_s: float, time_us: flo
 
 
 # ---- GPU side ------------------------------------------------------------------------
+def elapsed_us(fn: Callable[[], object], cuda: bool = True) -> float:
+    """Microseconds one call of fn() takes. With `cuda`: between two CUDA events recorded on the
+    current stream before and after it, waiting for the end event, so the GPU work fn queues is
+    what counts. Without: host wall time (perf_counter), for a run without a CUDA device."""
+    if not cuda:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e6
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3
+
+
 def measure_bandwidth(n_bytes: int = COPY_BENCH_BYTES, repeats: int = 20) -> float:
     """Device-to-device copy bandwidth in bytes/s (read + write counted), median of repeats."""
     import torch
@@ -113,16 +132,9 @@ def measure_bandwidth(n_bytes: int = COPY_BENCH_BYTES, repeats: int = 20) -> flo
     for _ in range(3):
         dst.copy_(src)
     torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        dst.copy_(src)
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e-3)
+    times_us = [elapsed_us(lambda: dst.copy_(src)) for _ in range(repeats)]
     del src, dst
-    return 2 * n_bytes / statistics.median(times)
+    return 2 * n_bytes / (statistics.median(times_us) * 1e-6)
 
 
 def capture_graph(fn: Callable[[int], None], n_sets: int, calls: int, warmup: int = 3,
@@ -182,12 +194,7 @@ def time_interleaved(impls: dict[str, Callable[[int], None]], n_sets: int, calls
     samples: dict[str, list[float]] = {n: [] for n in names}
     for idx in interleave_order(len(names), rounds):
         n = names[idx]
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graphs[n].replay()
-        b.record()
-        b.synchronize()
-        samples[n].append(a.elapsed_time(b) * 1e3 / calls_per_graph)
+        samples[n].append(elapsed_us(graphs[n].replay) / calls_per_graph)
     del graphs
     return subtract_separator(samples) if separate else {n: summarize(v) for n, v in samples.items()}
 

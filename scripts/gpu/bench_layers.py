@@ -30,6 +30,7 @@ from harness.model.config import get_config  # noqa: E402
 from harness.model.decoder import K3Decoder  # noqa: E402
 from harness.model.weights import init_weights  # noqa: E402
 from harness.registry import Registry  # noqa: E402
+from harness.toolchain.timing import elapsed_us  # noqa: E402
 
 
 def _sync(dev: torch.device) -> None:
@@ -41,20 +42,7 @@ def _time_us(fn, iters: int, dev: torch.device) -> float:
     """Median per-call time over `iters` calls after one warm-up."""
     fn()
     _sync(dev)
-    times = []
-    for _ in range(iters):
-        if dev.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e3)
-        else:
-            t0 = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - t0) * 1e6)
-    times.sort()
+    times = sorted(elapsed_us(fn, cuda=dev.type == "cuda") for _ in range(iters))
     return times[len(times) // 2]
 
 

@@ -1,4 +1,4 @@
-"""perf_sweep's per-layer A/B (gates._k3.layer_ab) for promoted kernels, outside the gate:
+"""perf_sweep's per-layer A/B (gates._layer_ab.layer_ab) for promoted kernels, outside the gate:
 what the gate's end-to-end check would read for each, with the gate's settings (model config,
 batch, rounds, steps per sample from gates/gate_config.toml). No evidence is written.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from gates import _k3  # noqa: E402
+from gates import _k3, _layer_ab  # noqa: E402
 from gates.config import config_path, load_config  # noqa: E402
 from harness import paths  # noqa: E402
 from harness.model.config import candidate_gate_model_config  # noqa: E402
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             preset = a.config or candidate_gate_model_config(root, op, entries[op])
             pair = _k3.build_pair(op, cand_dir, root, f"{preset}:{layers}", layers, "cuda")
-            r = _k3.layer_ab(pair, batch, rounds, steps)
+            r = _layer_ab.layer_ab(pair, batch, rounds, steps)
             r.update(op=op, candidate=entries[op], repeat=rep, wall_s=round(time.perf_counter() - t0, 1),
                      fused_kernels_off=list(pair.fused_off))
             del pair

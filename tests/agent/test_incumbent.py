@@ -341,7 +341,12 @@ def test_template_search_starts_around_the_promoted_render(tmp_path, monkeypatch
     prop, cid = promoted_proposal(OP, fams)
     meta = json.loads((REPO / "kernels_generated" / OP / promoted / "candidate.json").read_text())
     assert cid == promoted and prop.family == meta["provenance"]["template"]["family"]
-    assert prop.params == meta["provenance"]["template"]["params"]
+    # the provenance's params, plus the family's defaults for knobs added since (which render the same)
+    recorded = meta["provenance"]["template"]["params"]
+    fam = next(f for f in fams if f.name == prop.family)
+    assert {k: v for k, v in prop.params.items() if k in recorded} == recorded
+    assert all(fam.default[k] == v for k, v in prop.params.items() if k not in recorded)
+    assert fam.render(prop.params) == (REPO / "kernels_generated" / OP / promoted / "kernel.py").read_text()
     # a promoted kernel written whole (no template provenance), or none at all: no starting point
     root = tmp_path / "root"
     _, meta = _install_promoted(root)

@@ -151,7 +151,7 @@ def test_ci_pins_names_the_gates_an_edit_would_stale(repo, capsys):
                         str(root / "gates/_git.py"), str(root / "harness/promotion.py"), "--json")
     assert code == 0
     assert {p["path"]: p["gates"] for p in json.loads(out)} == {
-        "harness/toolchain/timing.py": ["numerics_model", "perf_sweep"],
+        "harness/toolchain/timing.py": ["perf_sweep"],
         "gates/_git.py": ["isolation"],
         "harness/promotion.py": []}
     code, out, _ = _cli(capsys, "ci", "pins")

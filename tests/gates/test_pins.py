@@ -3,21 +3,29 @@ from __future__ import annotations
 
 import json
 import lzma
+import os
 from pathlib import Path
 
 import pytest
 
-from gates import ALL_GATES, GateResult, Verdict
-from gates.pins import gate_code_files, gate_code_hash
+from gates import ALL_GATES, GateResult, Verdict, pins
+from gates.pins import gate_code_pins, sha256_files
 from harness import evidence as ev
+from harness.pin_report import path_pins
 from harness.promotion import assess
+
+from gate_repo_helpers import NARROW_SCOPE, make_candidate
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "evidence" / "schema1_gemm_situ_and_mul_49738245078c.json.xz"
 
 
 def _pinned(gate: str, root: Path = REPO) -> set[str]:
-    return {p.relative_to(root.resolve()).as_posix() for p in gate_code_files(root, gate)}
+    return set(gate_code_pins(root, [gate])[gate].files)
+
+
+def _code_hash(root: Path, gate: str) -> str:
+    return gate_code_pins(root, [gate])[gate].code_sha256
 
 
 def test_each_gate_pins_what_it_imports():
@@ -37,6 +45,21 @@ def test_each_gate_pins_what_it_imports():
         # judges and references are pinned elsewhere (or by their tests), never through gate code
         assert not any(p.startswith(("reference_impls/", "harness/dashboard/", "harness/agent/")) for p in pins)
         assert "harness/promotion.py" not in pins and "gates/suite.py" not in pins
+
+
+def test_the_layer_ab_and_the_timing_are_pinned_by_perf_sweep_alone():
+    """The per-layer A/B lives apart from gates/_k3.py, which numerics_model imports too."""
+    paths = ("gates/_layer_ab.py", "harness/toolchain/timing.py", "gates/_k3.py")
+    got = path_pins(REPO, [str(REPO / p) for p in paths])
+    assert {p.path: p.gates for p in got} == {"gates/_layer_ab.py": ["perf_sweep"],
+                                              "harness/toolchain/timing.py": ["perf_sweep"],
+                                              "gates/_k3.py": ["numerics_model", "perf_sweep"]}
+
+
+def test_each_gate_hashes_its_files_in_path_order():
+    for gate, c in gate_code_pins(REPO).items():
+        assert list(c.files) == sorted(c.files) and set(c.file_sha256) == set(c.files)
+        assert c.code_sha256 == sha256_files([REPO / f for f in c.files], REPO), gate
 
 
 def _write(root: Path, rel: str, text: str) -> None:
@@ -63,11 +86,11 @@ def test_closure_follows_relative_lazy_and_function_level_imports(tmp_path):
                    "harness/__init__.py", "harness/evidence.py", "harness/deep/__init__.py",
                    "harness/deep/mod.py", "harness/deep/data/table.json", "harness/lazy/__init__.py",
                    "harness/lazy/impl.py"}
-    h = gate_code_hash(tmp_path, "mygate")
+    h = _code_hash(tmp_path, "mygate")
     _write(tmp_path, "harness/unrelated.py", "x = 1\n")
-    assert gate_code_hash(tmp_path, "mygate") == h
+    assert _code_hash(tmp_path, "mygate") == h
     _write(tmp_path, "harness/lazy/impl.py", "x = 1\n")
-    assert gate_code_hash(tmp_path, "mygate") != h
+    assert _code_hash(tmp_path, "mygate") != h
     _write(tmp_path, "gates/_helper.py", "import harness.unrelated\n")         # a new import is pinned at once
     assert "harness/unrelated.py" in _pinned("mygate", tmp_path)
 
@@ -77,6 +100,38 @@ def test_lazy_package_without_exports_map_pins_every_submodule(tmp_path):
                      "harness/__init__.py": "", "harness/lazy/__init__.py": "def __getattr__(name):\n    pass\n",
                      "harness/lazy/a.py": "", "harness/lazy/b.py": ""})
     assert {"harness/lazy/a.py", "harness/lazy/b.py"} <= _pinned("g", tmp_path)
+
+
+def test_a_warm_call_reads_no_gate_file_and_an_edit_is_seen_at_once(repo, monkeypatch):
+    """The dashboard asks for the pins of every candidate: after one call, the next (for another
+    candidate) reads, hashes and parses no gate file. An edit is seen by the very next call, which
+    reads only the files that changed or were not pinned before."""
+    root, cid = repo
+    other = make_candidate(root, scope={**NARROW_SCOPE, "batch": [1, 4]})
+    reads: list[str] = []
+    parses: list[str] = []
+    read, parse = pins._read, pins._parse
+    monkeypatch.setattr(pins, "_read", lambda p: reads.append(p.relative_to(root).as_posix()) or read(p))
+    monkeypatch.setattr(pins, "_parse", lambda p, data: parses.append(p.relative_to(root).as_posix()) or parse(p, data))
+    before = ev.current_pins(root, "moe_router", cid)
+    assert "harness/toolchain/timing.py" in reads and "gates/perf_sweep.py" in parses
+    reads.clear()
+    parses.clear()
+    again = ev.current_pins(root, "moe_router", other)
+    assert reads == [] and parses == []
+    assert (again.gate_code, again.gate_files, again.gate_code_files) == \
+        (before.gate_code, before.gate_files, before.gate_code_files)
+    timing = root / "harness" / "toolchain" / "timing.py"
+    assert "harness/pin_report.py" not in before.gate_files["perf_sweep"]
+    mtime = timing.stat().st_mtime_ns
+    timing.write_text(timing.read_text() + "\nimport harness.pin_report\n")
+    os.utime(timing, ns=(mtime + 10**9, mtime + 10**9))
+    now = ev.current_pins(root, "moe_router", other)
+    assert sorted(reads) == sorted(parses) == ["harness/pin_report.py", "harness/toolchain/timing.py"]
+    assert "harness/pin_report.py" in now.gate_files["perf_sweep"]
+    assert now.gate_code_files["harness/toolchain/timing.py"] != before.gate_code_files["harness/toolchain/timing.py"]
+    assert now.gate_code["perf_sweep"] != before.gate_code["perf_sweep"]
+    assert now.gate_code["isolation"] == before.gate_code["isolation"]
 
 
 def _results(root: Path, cid: str) -> list[GateResult]:
@@ -93,15 +148,16 @@ def _standing(root: Path, cid: str) -> dict[str, bool]:
 def test_an_edit_stales_only_the_gates_that_import_it(repo):
     root, cid = repo
     rec = ev.build(root, "moe_router", cid, _results(root, cid), 1, hardware={})
-    assert all(g.code_sha256 == gate_code_hash(root, g.gate) for g in rec.gates)
+    assert all(g.code_sha256 == _code_hash(root, g.gate) for g in rec.gates)
     assert set(rec.gate_code_files) == {p for g in ALL_GATES for p in _pinned(g.value, root)}
     ev.write(rec, root)
     assert all(_standing(root, cid).values())
     timing = root / "harness" / "toolchain" / "timing.py"
     timing.write_text(timing.read_text() + "\n# an edit\n")
     standing = _standing(root, cid)
-    assert not standing["perf_sweep"] and not standing["numerics_model"]
+    assert not standing["perf_sweep"]
     assert standing["isolation"] and standing["static"] and standing["scope"] and standing["numerics_unit"]
+    assert standing["numerics_model"]               # the timing is perf_sweep's alone (gates/_layer_ab.py)
     problems = assess(root, "moe_router", cid).problems
     assert any("gate perf_sweep: evidence is stale: perf_sweep code hash differs" in p
                and "changed: harness/toolchain/timing.py" in p for p in problems)

@@ -1,7 +1,9 @@
 """The CPU-testable parts of the timing library."""
+import time
+
 import pytest
 
-from harness.toolchain.timing import (SEPARATOR, graph_calls, interleave_order, rotation_copies,
+from harness.toolchain.timing import (SEPARATOR, elapsed_us, graph_calls, interleave_order, rotation_copies,
                                      roofline_fraction, subtract_separator, summarize)
 
 
@@ -52,3 +54,13 @@ def test_a_graph_uses_every_rotated_set():
     assert graph_calls(50, 2) == 50
     with pytest.raises(ValueError):
         graph_calls(0, 4)
+
+
+def test_elapsed_us_without_cuda_is_the_host_time_of_one_call():
+    calls = []
+
+    def fn() -> None:
+        calls.append(1)
+        time.sleep(0.02)
+    us = elapsed_us(fn, cuda=False)
+    assert calls == [1] and 20_000 <= us < 2_000_000
