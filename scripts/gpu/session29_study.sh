@@ -7,7 +7,8 @@
 set -u
 export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3c}
 step() { local name=$1 limit=$2; shift 2; echo "== $(date -u +%T) $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "   rc=$? $(tail -1 "$OUT/$name.log")"; }
-step gpu_tests_router_gemm_situ 240 python3 -m pytest -q -m gpu tests/kernels/test_moe_router_hybrid.py tests/kernels/test_gemm_situ_emulation.py
+step gpu_tests 300 python3 -m pytest -q -m gpu tests/kernels/test_moe_router_hybrid.py tests/kernels/test_gemm_situ_emulation.py \
+  tests/gates/test_layer_ab.py tests/toolchain/test_cli_and_gpu.py tests/toolchain/test_timing.py
 step bench_router_flag 180 python3 scripts/gpu/bench_kernels.py --ops moe_router --tps 8 --rounds 7 \
   --candidates 876e93,dadec7 --no-compile-baseline --step-deadline-s 120
 step bench_chain_flag 150 python3 scripts/gpu/bench_chain.py --routers 876e93,dadec7 --batches 1,8,16,32,64 --rounds 10
