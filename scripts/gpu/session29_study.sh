@@ -1,4 +1,5 @@
 # Session 29, device call 1 (carry [".device"], after `bash scripts/gpu/slim_tree.sh on`):
+# Ran once at 324111d (results/h200/session29/README.md); dadec7 and the skinny variants are gone since f8fdf84.
 #   source scripts/gpu/setup.sh && export OUT && bash scripts/gpu/session29_study.sh
 # 1. GPU tests: the mma_hybrid family (new: dadec7, topk_wait=flag) and the gemm_situ test
 #    session 27 did not reach. 2. moe_router dadec7 against the promoted 876e93 over its scope,
