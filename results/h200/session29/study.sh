@@ -1,6 +1,6 @@
-# Session 29, device call 1 (carry [".device"], after `bash scripts/gpu/slim_tree.sh on`):
-# Ran once at 324111d (results/h200/session29/README.md); dadec7 and the skinny variants are gone since f8fdf84.
-#   source scripts/gpu/setup.sh && export OUT && bash scripts/gpu/session29_study.sh
+# Session 29, device call 1: ran once at 324111d from that tree (then scripts/gpu/session29_study.sh, carry
+# [".device", ".whl"], after `bash scripts/gpu/slim_tree.sh on`). Kept as the record of the run: dadec7 and
+# the skinny variants it names are gone since f8fdf84 (re-render them from a12e47d to run it again).
 # 1. GPU tests: the mma_hybrid family (new: dadec7, topk_wait=flag) and the gemm_situ test
 #    session 27 did not reach. 2. moe_router dadec7 against the promoted 876e93 over its scope,
 #    alone and after attn_res (bench_chain). 3. skinny_gemm mla_qkv_a ALT-plan sweep (scratch
