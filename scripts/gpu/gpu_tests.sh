@@ -14,7 +14,9 @@
 # call's limit) so that it still writes its JUnit report of the tests it finished.
 # Writes $OUT/gpu_tests/{timing,group<N>}.{log,xml} and summary.txt (passed / failed / errors /
 # skipped per run, and every failing test id). Exits non-zero unless every collected test ran, none
-# failed and at least one passed (all skipped: no GPU was seen).
+# failed and at least one passed (all skipped: no GPU was seen). PACK=1 then replaces the folder's
+# files by gpu_tests.tar.xz beside summary.txt: a device call brings back only a few loose files
+# (session 30's first run returned 8 of 34).
 set -uo pipefail
 JOBS="${JOBS:-8}"
 DEADLINE_S="${DEADLINE_S:-500}"
@@ -52,7 +54,8 @@ for g in $(seq 0 $((JOBS - 1))); do
 done
 wait
 
-"$PY" - "$DEST" <<'EOF'
+rc=0
+"$PY" - "$DEST" <<'EOF' || rc=$?
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -83,3 +86,8 @@ print("\n".join(lines))
 ok = total["tests"] == collected and not bad and total["failures"] + total["errors"] == 0 and passed > 0
 sys.exit(0 if ok else 1)
 EOF
+if [ "${PACK:-0}" = 1 ]; then
+  tar cJf "$DEST.tar.xz" -C "$(dirname "$DEST")" "$(basename "$DEST")" && cp "$DEST/summary.txt" "$DEST.summary.txt" \
+    && rm -rf "$DEST" && mkdir -p "$DEST" && mv "$DEST.summary.txt" "$DEST/summary.txt" && mv "$DEST.tar.xz" "$DEST/"
+fi
+exit "$rc"
