@@ -170,10 +170,15 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--save {save} is a directory")
         if not save.parent.exists():
             raise UserError(f"folder {save.parent} does not exist")
+        if not save.parent.is_dir():
+            raise UserError(f"--save {save}: {save.parent} is not a folder")
         gen = torch.Generator().manual_seed(seed)
         inputs = defn.make_inputs(pt, gen, "cpu")
         outputs = defn.run_reference(inputs)
-        fd, tmp = tempfile.mkstemp(dir=save.parent, prefix=f".{save.name}.", suffix=".tmp")
+        try:
+            fd, tmp = tempfile.mkstemp(dir=save.parent, prefix=f".{save.name}.", suffix=".tmp")
+        except OSError as exc:
+            raise UserError(f"cannot write {save}: {exc.strerror or exc}") from None
         os.close(fd)
         try:
             torch.save({"inputs": inputs, "outputs": outputs, "op": defn.name,

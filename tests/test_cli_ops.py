@@ -121,3 +121,13 @@ def test_shape_on_an_op_without_named_shapes_names_those_that_have_them(tmp_path
     code, _, err = _run(["ref", "rmsnorm", "--batch", "1", "--shape", "nb1", "--save", str(tmp_path / "x.pt")], capsys)
     named = sorted(d.name for d in reference_impls.all_ops() if d.extra.get("shape_names"))
     assert code == 2 and "attn_res" in named and all(n in err for n in named), err
+
+
+def test_save_under_a_file_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+    plain = tmp_path / "plain"
+    plain.write_text("x")
+    code, out, err = _run(["ref", "rmsnorm", "--save", str(plain / "x.pt")], capsys)
+    assert code == 2 and "Traceback" not in err + out
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("harness: error:") and "not a folder" in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
