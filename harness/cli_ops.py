@@ -38,6 +38,11 @@ def _point(defn, batch: int, tp: int, context: int, routing: str, state_dtype: s
         prof = RoutingProfile(routing)
     except ValueError:
         raise UserError(f"unknown routing profile '{routing}' (choose from {', '.join(p.value for p in RoutingProfile)})") from None
+    if context and not defn.uses_context:
+        import reference_impls  # noqa: PLC0415
+
+        readers = [d.name for d in reference_impls.all_ops() if d.uses_context]
+        raise UserError(f"{defn.name} reads no KV cache; --context applies to {', '.join(readers)}")
     if defn.uses_context and context == 0:
         context = POINT_CONTEXT
     shapes = defn.extra.get("shape_names")

@@ -99,6 +99,7 @@ def test_ref_moe_experts(tmp_path: Path, capsys) -> None:
     ["ref", "kda_decode", "--batch", "1", "--state-dtype", "fp8"],
     ["ref", "rmsnorm", "--batch", "1", "--shape", "nb1"],
     ["ref", "attn_res", "--batch", "1", "--shape", "nb9"],
+    ["ref", "rmsnorm", "--batch", "1", "--context", "100"],
     ["ops", "show", "nope"],
     ["ops", "show", "rmsnorm", "--gpu", "a100x"],
     ["ops", "show", "rmsnorm", "--tp", "4"],
