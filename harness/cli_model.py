@@ -47,10 +47,23 @@ def _rows_from_file(path: Path) -> dict[str, list[dict[str, Any]]]:
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read trace {path}: {exc}") from None
     if isinstance(doc, dict) and "counters" in doc:
-        return {"trace": doc["counters"]}
+        return {"trace": _counter_rows(path, doc["counters"])}
     if isinstance(doc, dict) and "paths" in doc:
-        return {f"kernels {p['kernels']}": p["trace"] for p in doc["paths"]}
+        paths_ = doc["paths"]
+        if not isinstance(paths_, list) or not all(isinstance(p, dict) and "kernels" in p and "trace" in p
+                                                   for p in paths_):
+            raise UserError(f"{path}: 'paths' must be a list of {{kernels, trace}} (an eval-model result)")
+        return {f"kernels {p['kernels']}": _counter_rows(path, p["trace"]) for p in paths_}
     raise UserError(f"{path} is neither a saved trace nor an eval-model result")
+
+
+_ROW_KEYS = ("op", "outcome", "reason", "count")
+
+
+def _counter_rows(path: Path, rows: Any) -> list[dict[str, Any]]:
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and all(k in r for k in _ROW_KEYS) for r in rows):
+        raise UserError(f"{path}: counters must be a list of {{{', '.join(_ROW_KEYS)}}} rows")
+    return rows
 
 
 def register(app: typer.Typer) -> None:

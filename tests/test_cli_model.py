@@ -1,0 +1,51 @@
+"""`harness trace` and `harness eval-model` (harness/cli_model.py): the bad-input contract
+(one line on stderr, exit 2, no traceback)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = 0
+    try:
+        main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _one_error_line(code: int, out: str, err: str) -> str:
+    assert code == 2 and "Traceback" not in out + err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("harness: error:"), err
+    return lines[0]
+
+
+@pytest.mark.parametrize("doc", [
+    {"counters": 5},
+    {"counters": [{"op": "moe_router"}]},
+    {"counters": ["row"]},
+    {"paths": [{}]},
+    {"paths": 3},
+    {"paths": [{"kernels": "on", "trace": [{"op": "x", "outcome": "kernel"}]}]},
+])
+@pytest.mark.parametrize("as_json", [False, True])
+def test_trace_from_a_malformed_file_is_one_line_exit_2(doc, as_json: bool, tmp_path: Path, capsys) -> None:
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(doc))
+    line = _one_error_line(*_run(["trace", "--from", str(f)] + (["--json"] if as_json else []), capsys))
+    assert str(f) in line
+
+
+def test_trace_from_a_well_formed_file_still_prints(tmp_path: Path, capsys) -> None:
+    f = tmp_path / "t.json"
+    rows = [{"op": "moe_router", "outcome": "fallback", "reason": "no_kernel", "count": 3}]
+    f.write_text(json.dumps({"paths": [{"kernels": "on", "trace": rows}]}))
+    code, out, _ = _run(["trace", "--from", str(f), "--json"], capsys)
+    assert code == 0 and json.loads(out) == {"kernels on": rows}
