@@ -66,6 +66,23 @@ def _counter_rows(path: Path, rows: Any) -> list[dict[str, Any]]:
     return rows
 
 
+def _check_save(save: Optional[Path]) -> None:
+    """A --save that cannot be written is a UserError before the decode, not a traceback after it."""
+    if save is None:
+        return
+    if save.is_dir():
+        raise UserError(f"--save {save} is a directory")
+    if not save.parent.is_dir():
+        raise UserError(f"--save {save}: folder {save.parent} does not exist")
+
+
+def _write_json(save: Path, doc: Any) -> None:
+    try:
+        save.write_text(json.dumps(doc, indent=2) + "\n")
+    except OSError as exc:
+        raise UserError(f"cannot write {save}: {exc.strerror or exc}") from None
+
+
 def register(app: typer.Typer) -> None:
     @app.command("trace")
     def trace_cmd(
@@ -92,6 +109,7 @@ def register(app: typer.Typer) -> None:
 
         if steps < 1 or batch < 1:
             raise UserError("--steps and --batch must be >= 1")
+        _check_save(save)
         _cpu_threads()
         cfg = get_config(config)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -103,7 +121,7 @@ def register(app: typer.Typer) -> None:
             logits = model.step(logits.argmax(-1), cache)
         doc = _trace_doc(reg)
         if save is not None:
-            save.write_text(json.dumps(doc, indent=2) + "\n")
+            _write_json(save, doc)
         if as_json:
             print_json(doc)
             return
@@ -135,6 +153,7 @@ def register(app: typer.Typer) -> None:
             mode = KernelsMode(kernels)
         except ValueError:
             raise UserError(f"--kernels must be on, off or both (got '{kernels}')") from None
+        _check_save(save)
         _cpu_threads()
         with Progress(console=console(), transient=True, disable=as_json) as bar:
             task = bar.add_task("eval-model", total=None)
@@ -146,7 +165,7 @@ def register(app: typer.Typer) -> None:
                                  structured=structured, n_layers=layers, fill=fill, progress=tick)
         doc = to_jsonable(res)
         if save is not None:
-            save.write_text(json.dumps(doc, indent=2) + "\n")
+            _write_json(save, doc)
         if as_json:
             print_json(doc)
             return

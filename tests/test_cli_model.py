@@ -49,3 +49,21 @@ def test_trace_from_a_well_formed_file_still_prints(tmp_path: Path, capsys) -> N
     f.write_text(json.dumps({"paths": [{"kernels": "on", "trace": rows}]}))
     code, out, _ = _run(["trace", "--from", str(f), "--json"], capsys)
     assert code == 0 and json.loads(out) == {"kernels on": rows}
+
+
+@pytest.mark.parametrize("verb", [["trace", "--steps", "1", "--batch", "1"],
+                                  ["eval-model", "--steps", "1", "--context", "4", "--structured", "0"]])
+@pytest.mark.parametrize("where", ["missing_folder", "a_directory"])
+def test_an_unwritable_save_is_one_line_exit_2(verb: list[str], where: str, tmp_path: Path, capsys,
+                                               monkeypatch) -> None:
+    import harness.model.evaluate as model_evaluate
+
+    def no_decode(*a, **k):                      # the path is checked before any decode
+        raise AssertionError("decoded despite a bad --save")
+    monkeypatch.setattr(model_evaluate, "evaluate_model", no_decode)
+    save = tmp_path / "no" / "such" / "t.json" if where == "missing_folder" else tmp_path
+    if verb[0] == "trace":
+        import harness.model as model
+        monkeypatch.setattr(model, "K3Decoder", no_decode)
+    line = _one_error_line(*_run(verb + ["--save", str(save)], capsys))
+    assert "--save" in line
