@@ -153,6 +153,8 @@ def register(app: typer.Typer) -> None:
             mode = KernelsMode(kernels)
         except ValueError:
             raise UserError(f"--kernels must be on, off or both (got '{kernels}')") from None
+        if structured < 0:
+            raise UserError(f"--structured must be >= 0 (got {structured})")
         _check_save(save)
         _cpu_threads()
         with Progress(console=console(), transient=True, disable=as_json) as bar:

@@ -67,3 +67,8 @@ def test_an_unwritable_save_is_one_line_exit_2(verb: list[str], where: str, tmp_
         monkeypatch.setattr(model, "K3Decoder", no_decode)
     line = _one_error_line(*_run(verb + ["--save", str(save)], capsys))
     assert "--save" in line
+
+
+def test_eval_model_negative_structured_is_one_line_exit_2(capsys) -> None:
+    line = _one_error_line(*_run(["eval-model", "--steps", "1", "--context", "4", "--structured", "-1"], capsys))
+    assert "--structured" in line
