@@ -105,14 +105,14 @@ def register(app: typer.Typer) -> None:
         """Run the fast-track gates on a candidate and write an evidence record. Without a GPU
         the GPU gates are reported NOT_RUN, never passed. Exit 1 if any gate failed."""
         from gates import GateContext
-        from gates.config import GateConfig, config_path
         from gates.suite import run_gates
 
         from . import evidence as ev
+        from .promotion import gate_config
 
         root, cid = _resolve(op, candidate)
         chosen = _parse_only(only)
-        config = GateConfig.from_bytes(config_path(root).read_bytes())
+        config = gate_config(root)
         if model_config is None:
             from harness.toolchain.evaluate import gpu_available
 

@@ -44,8 +44,15 @@ class Assessment:
         return not self.problems
 
 
-def _config(root: Path) -> GateConfig:
-    return GateConfig.from_bytes(config_path(root).read_bytes())
+def gate_config(root: Path) -> GateConfig:
+    """The gate config the root pins; UserError (one line) when it is missing or malformed."""
+    path = config_path(root)
+    try:
+        return GateConfig.from_bytes(path.read_bytes())
+    except OSError as exc:
+        raise UserError(f"cannot read the gate config {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:                       # TOMLDecodeError, UnicodeDecodeError, schema errors
+        raise UserError(f"gate config {path} is malformed: {exc}") from None
 
 
 def _git(root: Path):
@@ -69,7 +76,7 @@ def assess(root: Path, op: str, candidate_id: str) -> Assessment:
         a.problems.append(f"candidate: {exc}")
         return a
     a.scope = cand.scope.to_json()
-    config = _config(root)
+    config = gate_config(root)
     now = ev.current_pins(root, op, candidate_id)
     git = _git(root)
     usable: list[tuple[Path, ev.EvidenceRecord, set[str]]] = []   # (path, record, its gates that stand)
@@ -214,13 +221,12 @@ def _commit(root: Path, branch: str, files: dict[str, bytes], message: str) -> s
 def ci_verify(root: Path, base: str | None = None, compile_archs: bool = True) -> list[str]:
     """One line per problem with the promoted kernels; empty when all is well."""
     from gates import isolation, static
-    from gates.config import load_config
 
     problems: list[str] = []
     entries = read_manifest(root)
     ops = [e["op"] for e in entries]
     problems += [f"manifest: {op} appears {ops.count(op)} times" for op in sorted(set(ops)) if ops.count(op) > 1]
-    config = load_config(config_path(root))
+    config = gate_config(root)
     git = _git(root)
     for e in entries:
         op, cid = e["op"], e["candidate"]

@@ -175,3 +175,24 @@ def test_ci_verify_names_the_one_gate_to_rerun(repo, capsys):
     problems = json.loads(out)["problems"]
     stale = [p for p in problems if "evidence is stale" in p]
     assert code == 1 and len(stale) == 1 and "--only isolation" in stale[0] and "changed: gates/_git.py" in stale[0]
+
+
+@pytest.mark.parametrize("damage", ["missing", "not_toml", "no_version"])
+@pytest.mark.parametrize("argv", [["gate", OP, "{cid}", "--only", "static", "--no-write"],
+                                  ["gate", OP, "{cid}", "--only", "static", "--no-write", "--json"],
+                                  ["promote", OP, "{cid}", "--no-commit"],
+                                  ["ci", "verify", "--no-compile", "--json"]])
+def test_a_missing_or_malformed_gate_config_is_one_line_exit_2(repo, capsys, damage, argv):
+    root, cid = repo
+    if argv[0] == "ci":                              # ci verify reads the config when something is promoted
+        (root / "kernels_generated" / "promoted.json").write_text(json.dumps(
+            [{"op": OP, "candidate": cid, "scope": {}}]))
+    cfg = root / "gates" / "gate_config.toml"
+    if damage == "missing":
+        cfg.unlink()
+    else:
+        cfg.write_text("[[[ not toml" if damage == "not_toml" else "[perf_sweep]\n")
+    code, out, err = _cli(capsys, *[a.format(cid=cid) for a in argv])
+    assert code == 2 and "Traceback" not in out + err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("harness: error:") and "gate_config.toml" in lines[0], err
