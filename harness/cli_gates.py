@@ -54,6 +54,21 @@ def _parse_only(only: Optional[str]):
     return out
 
 
+def _check_base(root: Path, base: Optional[str]) -> None:
+    """A --base that names no commit is a UserError, not an isolation NOT_RUN (gate) or a
+    GitError traceback (ci verify)."""
+    from gates._git import Git, GitError
+
+    if base is None:
+        return
+    try:
+        git = Git(root)
+    except GitError as exc:
+        raise UserError(f"--base {base}: {exc}") from None
+    if not base or not git.has_ref(base):
+        raise UserError(f"--base '{base}' is not a commit of {root}")
+
+
 _STYLE = {"pass": "green", "fail": "red", "error": "red", "not_run": "yellow"}
 
 
@@ -112,6 +127,7 @@ def register(app: typer.Typer) -> None:
 
         root, cid = _resolve(op, candidate)
         chosen = _parse_only(only)
+        _check_base(root, base)
         config = gate_config(root)
         if model_config is None:
             from harness.toolchain.evaluate import gpu_available
@@ -216,6 +232,7 @@ def register(app: typer.Typer) -> None:
         from .promotion import ci_verify, read_manifest
 
         root = paths.root()
+        _check_base(root, base)
         problems = ci_verify(root, base=base, compile_archs=compile_archs)
         n = len(read_manifest(root))
         if json_out:

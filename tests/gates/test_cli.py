@@ -196,3 +196,18 @@ def test_a_missing_or_malformed_gate_config_is_one_line_exit_2(repo, capsys, dam
     assert code == 2 and "Traceback" not in out + err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("harness: error:") and "gate_config.toml" in lines[0], err
+
+
+@pytest.mark.parametrize("argv", [["gate", OP, "{cid}", "--only", "isolation", "--no-write"],
+                                  ["gate", OP, "{cid}", "--only", "isolation", "--no-write", "--json"],
+                                  ["ci", "verify", "--no-compile"],
+                                  ["ci", "verify", "--no-compile", "--json"]])
+def test_a_base_that_is_no_commit_is_one_line_exit_2(repo, capsys, argv):
+    root, cid = repo
+    (root / "kernels_generated" / "promoted.json").write_text(json.dumps([{"op": OP, "candidate": cid, "scope": {}}]))
+    code, out, err = _cli(capsys, *[a.format(cid=cid) for a in argv], "--base", "no-such-rev")
+    assert code == 2 and "Traceback" not in out + err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("harness: error:") and "no-such-rev" in lines[0], err
+    code, _, err = _cli(capsys, "gate", OP, cid, "--only", "isolation", "--no-write", "--base", "HEAD")
+    assert code == 0, err                                # a real commit is still taken
