@@ -211,3 +211,12 @@ def test_a_base_that_is_no_commit_is_one_line_exit_2(repo, capsys, argv):
     assert len(lines) == 1 and lines[0].startswith("harness: error:") and "no-such-rev" in lines[0], err
     code, _, err = _cli(capsys, "gate", OP, cid, "--only", "isolation", "--no-write", "--base", "HEAD")
     assert code == 0, err                                # a real commit is still taken
+
+
+@pytest.mark.parametrize("model_config", ["tiny:0", "tiny:-1", "k3-tp8-rank:0"])
+def test_a_model_config_layer_count_below_one_is_one_line_exit_2(repo, capsys, model_config):
+    root, cid = repo
+    code, out, err = _cli(capsys, "gate", OP, cid, "--only", "static", "--no-write", "--model-config", model_config)
+    assert code == 2 and "Traceback" not in out + err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and f"model config '{model_config}'" in lines[0] and ">= 1" in lines[0], err
