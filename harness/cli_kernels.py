@@ -30,6 +30,11 @@ def _csv_ints(text: str, what: str) -> list[int]:
         raise UserError(f"--{what} takes comma-separated integers, got '{text}'") from None
 
 
+def _positive(value: float, what: str) -> None:
+    if not value > 0:
+        raise UserError(f"--{what} must be positive (got {value:g})")
+
+
 def _compile_rows(reps) -> list[dict]:
     return [{"arch": r.arch, "tp": r.tp, "static": r.static, "verdict": r.verdict.value, "compile_s": round(r.compile_s, 3),
              "wall_s": round(r.wall_s, 4), "cache_hit": r.cache_hit, "registers": r.max_registers,
@@ -108,8 +113,13 @@ def register(app: typer.Typer) -> None:
         Exit 1 if any compile failed."""
         from rich.progress import Progress
 
+        from .opdef import TP_DEGREES
         from .toolchain import check_candidate, compile_matrix
 
+        _positive(timeout_s, "timeout-s")
+        bad_tp = [t for t in _csv_ints(tp, "tp") if t not in TP_DEGREES]
+        if bad_tp:
+            raise UserError(f"TP {bad_tp[0]} is not supported (choose from {', '.join(map(str, TP_DEGREES))})")
         cand = _cand(op, candidate)
         st = check_candidate(cand)
         if not st.ok:
@@ -159,6 +169,9 @@ def register(app: typer.Typer) -> None:
 
         import reference_impls
 
+        if sets < 1:
+            raise UserError(f"--sets must be >= 1 (got {sets})")
+        _positive(timeout_s, "timeout-s")
         cand = _cand(op, candidate)
         defn = reference_impls.get(op)
         states = [x.strip() for x in state_dtype.split(",") if x.strip()] or [defn.state_dtypes[0]]
