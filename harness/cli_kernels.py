@@ -20,6 +20,8 @@ class CandidateFailed(UserError):
 def _cand(op: str, ref: str):
     from .toolchain import load_candidate
 
+    if not ref.strip():                  # "" is the current folder to load_candidate
+        raise UserError(f"empty candidate id (see `harness candidates {op}`)")
     return load_candidate(op, ref)
 
 

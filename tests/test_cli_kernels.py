@@ -53,3 +53,11 @@ def test_bad_numeric_option_is_one_line_exit_2(argv: list[str], capsys, no_work)
     assert len(lines) == 1 and lines[0].startswith("harness: error:"), err
     named = "TP " if argv[3] == "--tp" else argv[3]   # the line names what was wrong
     assert named in lines[0], err
+
+
+@pytest.mark.parametrize("verb", ["check", "compile", "eval"])
+def test_an_empty_candidate_id_is_named_as_such(verb: str, capsys, no_work) -> None:
+    code, out, err = _run([verb, OP, " "], capsys)
+    assert code == 2 and "Traceback" not in out + err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "empty candidate id" in lines[0], err
