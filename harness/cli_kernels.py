@@ -62,6 +62,18 @@ def _print_compiles(reps) -> None:
                 c.print(r.diagnostics, markup=False, highlight=False)
 
 
+def _print_candidates(op: str, rows: list[dict], promoted: set[str]) -> None:
+    c = console()
+    if not rows:
+        c.print(f"no candidates of {op} under kernels_generated/{op}/", markup=False)
+    for r in rows:
+        c.print(f"{'*' if r['promoted'] else ' '} {r['id']}  {r['family'] or '-':<20} {r['author']:<10} "
+                f"{r['created_utc']}  batch {r['scope']['batch']} tp {r['scope']['tp']}  "
+                f"evidence {r['evidence_records']}", markup=False)
+    if promoted:
+        c.print(f"* promoted (kernels_generated/promoted.json): {', '.join(sorted(promoted))}", markup=False)
+
+
 def register(app: typer.Typer) -> None:
     @app.command("candidates")
     def candidates(op: str = typer.Argument(..., help="Op name."),
@@ -71,22 +83,29 @@ def register(app: typer.Typer) -> None:
         from . import paths
         from .evidence import EVIDENCE_DIR
         from .promotion import read_manifest
-        from .toolchain import list_candidates
+        from .toolchain import list_candidates, load_candidate
 
         promoted = {e["candidate"] for e in read_manifest(paths.root()) if e["op"] == op}
+        cands = list_candidates(op)
         rows = [{"id": c.id, "promoted": c.id in promoted, "family": (c.provenance.template or {}).get("family"),
                  "author": c.provenance.author, "created_utc": c.provenance.created_utc, "scope": c.scope.to_json(),
                  "evidence_records": len(list((c.path / EVIDENCE_DIR).glob("*.json"))), "path": str(c.path)}
-                for c in list_candidates(op)]
+                for c in cands]
+        # list_candidates skips malformed folders; name them rather than leave them out silently
+        listed, skipped = {c.path for c in cands}, []
+        base = paths.kernels_dir() / op
+        for p in sorted(base.iterdir()) if base.is_dir() else []:
+            if p.is_dir() and not p.name.startswith(".") and p.name != "__pycache__" and p.resolve() not in listed:
+                try:
+                    load_candidate(op, p)
+                except UserError as exc:
+                    skipped.append(str(exc))
         if json_out:
             print_json(rows)
-            return
-        for r in rows:
-            console().print(f"{'*' if r['promoted'] else ' '} {r['id']}  {r['family'] or '-':<20} {r['author']:<10} "
-                            f"{r['created_utc']}  batch {r['scope']['batch']} tp {r['scope']['tp']}  "
-                            f"evidence {r['evidence_records']}", markup=False)
-        if promoted:
-            console().print(f"* promoted (kernels_generated/promoted.json): {', '.join(sorted(promoted))}", markup=False)
+        else:
+            _print_candidates(op, rows, promoted)
+        if skipped:
+            raise UserError(f"{len(skipped)} candidate folder(s) of {op} skipped as unreadable; first: {skipped[0]}")
 
     @app.command("check")
     def check(op: str = typer.Argument(..., help="Op name."),

@@ -45,3 +45,38 @@ def test_unknown_op_is_one_line_exit_2(capsys) -> None:
     code, out, err = _run(["candidates", "no_such_op"], capsys)
     assert code == 2 and out == ""
     assert "unknown op 'no_such_op'" in err and "Traceback" not in err
+
+
+def _copy_op(tmp_path, monkeypatch, op: str):
+    """A temp root holding a copy of one op's candidates (HARNESS_ROOT)."""
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(paths.kernels_dir() / op, root / "kernels_generated" / op,
+                    ignore=shutil.ignore_patterns("__pycache__", "evidence"))
+    monkeypatch.setenv("HARNESS_ROOT", str(root))
+    return root / "kernels_generated" / op
+
+
+def test_an_unreadable_candidate_folder_is_named_and_exits_2(tmp_path, capsys, monkeypatch) -> None:
+    base = _copy_op(tmp_path, monkeypatch, "attn_res")
+    broken = sorted(p for p in base.iterdir() if p.is_dir())[0]
+    (broken / "candidate.json").write_text("{oops")
+    for argv in (["candidates", "attn_res"], ["candidates", "attn_res", "--json"]):
+        code, out, err = _run(argv, capsys)
+        assert code == 2 and "Traceback" not in out + err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("harness: error: 1 candidate folder(s)"), err
+        assert str(broken / "candidate.json") in lines[0]
+        if "--json" in argv:                           # the readable ones are still listed
+            assert broken.name not in {r["id"] for r in json.loads(out)} and json.loads(out)
+        else:
+            assert broken.name not in out and out.strip()
+
+
+def test_an_op_without_candidates_says_so(tmp_path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))
+    code, out, err = _run(["candidates", "rmsnorm"], capsys)
+    assert code == 0 and "no candidates of rmsnorm" in out, out + err
+    code, out, _ = _run(["candidates", "rmsnorm", "--json"], capsys)
+    assert code == 0 and json.loads(out) == []
