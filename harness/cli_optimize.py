@@ -10,6 +10,14 @@ from .errors import UserError
 from .output import print_json
 
 
+def _check_base_url(url: str) -> None:
+    from urllib.parse import urlparse
+
+    u = urlparse(url)
+    if u.scheme not in ("http", "https") or not u.netloc:
+        raise UserError(f"--base-url {url!r}: give an http(s) URL, e.g. http://localhost:8000/v1")
+
+
 def register(app: typer.Typer) -> None:
     @app.command("optimize")
     def optimize(
@@ -45,6 +53,14 @@ def register(app: typer.Typer) -> None:
         for name, val in (("--rounds", rounds), ("--candidates-per-round", k)):
             if val is not None and val < 1:
                 raise UserError(f"{name} must be >= 1")
+        # 0 is a budget already spent (a run that only gates or resumes); below 0 is a typo
+        for name, num in (("--budget-usd", budget_usd), ("--max-tokens", max_tokens), ("--time-limit", time_limit_s)):
+            if num is not None and num < 0:
+                raise UserError(f"{name} must be >= 0 (got {num:g})")
+        if not request_timeout_s > 0:
+            raise UserError(f"--request-timeout must be positive (got {request_timeout_s:g})")
+        if base_url is not None:
+            _check_base_url(base_url)
         overrides = {key: v for key, v in (("rounds", rounds), ("candidates_per_round", k), ("budget_usd", budget_usd),
                                            ("max_tokens_total", max_tokens), ("time_limit_s", time_limit_s)) if v is not None}
         live = not json_out and sys.stderr.isatty()

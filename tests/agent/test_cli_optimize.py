@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -23,3 +25,22 @@ def test_optimize_writes_timestamped_progress_lines_when_stderr_is_a_file(harnes
     assert all(ln.startswith("[") and " s] " in ln for ln in lines)
     summary = json.loads(r.stdout)                       # stdout stays pure JSON
     assert summary["stopped"] == "time limit reached" and summary["candidates"] == 0
+
+
+@pytest.mark.parametrize("extra", [["--budget-usd", "-1"], ["--max-tokens", "-5"], ["--time-limit", "-5"],
+                                   ["--request-timeout", "0"],
+                                   ["--agent", "openai:gpt-4o", "--base-url", "not a url"],
+                                   ["--agent", "openai:gpt-4o", "--base-url", "localhost:8000/v1"]])
+def test_a_bad_limit_or_base_url_is_one_line_exit_2_and_starts_no_run(extra, harness_root, capsys):
+    from harness.cli import main
+
+    try:
+        main(["optimize", "--op", "moe_router", *extra])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert code == 2 and "Traceback" not in out + err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("harness: error:") and extra[-2] in lines[0], err
+    assert not (harness_root / "runs").exists() or not any((harness_root / "runs").iterdir())
