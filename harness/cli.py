@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> None:
         # Usage errors (unknown option, missing argument, bad value) are click exceptions;
         # typer ships its own copy of click, so match by shape rather than by class.
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
-            print(f"harness: error: {exc.format_message()}", file=sys.stderr)
+            msg = exc.format_message()
+            if msg:                       # a group run without a command printed its help: no empty line
+                print(f"harness: error: {msg}", file=sys.stderr)
             sys.exit(exc.exit_code or 2)
         raise
 

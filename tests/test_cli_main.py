@@ -1,0 +1,24 @@
+"""harness/cli.py: the entry point turns user mistakes into one line on stderr and a non-zero
+exit code."""
+from __future__ import annotations
+
+import pytest
+
+from harness.cli import main
+
+
+def _run(argv: list[str], capsys) -> tuple[int, str, str]:
+    code = 0
+    try:
+        main(argv)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("argv", [[], ["ci"], ["dashboard"]])
+def test_a_group_without_a_command_prints_its_help_and_no_empty_error(argv: list[str], capsys) -> None:
+    code, out, err = _run(argv, capsys)
+    assert code == 2 and "Usage" in out and "Traceback" not in out + err
+    assert "harness: error:" not in err, err
