@@ -31,8 +31,15 @@ for _name in _STAGES:
 
 
 def main(argv: list[str] | None = None) -> None:
+    import os
+
     from .paths import other_checkout_note
 
+    env_root = os.environ.get("HARNESS_ROOT")
+    if env_root is not None and not os.path.isdir(env_root):
+        # every verb would read an empty project there and report nothing with exit 0
+        print(f"harness: error: HARNESS_ROOT={env_root} is not a folder", file=sys.stderr)
+        sys.exit(UserError.exit_code)
     note = other_checkout_note()
     if note:
         print(f"harness: note: {note}", file=sys.stderr)
