@@ -178,8 +178,8 @@ def promote(root: Path, op: str, candidate_id: str, commit: bool = True) -> Prom
     entries = [e for e in read_manifest(root) if e["op"] != op]
     entries.append({"op": op, "candidate": candidate_id, "scope": a.scope})
     data = manifest_bytes(entries)
-    _write_manifest(root, data)
     res = PromotionResult(op, candidate_id, "promote", gates=a.gates)
+    # commit first (the working tree stays untouched), so a failed commit leaves the manifest as it was
     if commit:
         cdir = root / "kernels_generated" / op / candidate_id
         files = {MANIFEST_REL: data}
@@ -190,6 +190,7 @@ def promote(root: Path, op: str, candidate_id: str, commit: bool = True) -> Prom
         msg = f"promote {op}/{candidate_id}\n\nFast-track gates:\n" + "\n".join(lines) + "\n"
         res.branch = f"promote/{op}/{candidate_id}"
         res.commit = _commit(root, res.branch, files, msg)
+    _write_manifest(root, data)
     return res
 
 
@@ -199,12 +200,12 @@ def demote(root: Path, op: str, commit: bool = True) -> PromotionResult:
     if not hit:
         raise UserError(f"{op} has no promoted kernel")
     data = manifest_bytes([e for e in entries if e["op"] != op])
-    _write_manifest(root, data)
     res = PromotionResult(op, hit[0]["candidate"], "demote")
-    if commit:
+    if commit:                   # first, as in promote: a failed commit leaves the manifest as it was
         res.branch = f"demote/{op}/{hit[0]['candidate']}"
         res.commit = _commit(root, res.branch, {MANIFEST_REL: data},
                              f"demote {op}/{hit[0]['candidate']}\n\nThe decode path falls back to the reference for {op}.\n")
+    _write_manifest(root, data)
     return res
 
 

@@ -220,3 +220,26 @@ def test_a_model_config_layer_count_below_one_is_one_line_exit_2(repo, capsys, m
     assert code == 2 and "Traceback" not in out + err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and f"model config '{model_config}'" in lines[0] and ">= 1" in lines[0], err
+
+
+def test_a_failed_commit_leaves_the_manifest_as_it_was(repo, capsys, monkeypatch):
+    from gates._git import Git, GitError
+
+    root, cid = repo
+    _gate(root, cid)
+    manifest = root / "kernels_generated" / "promoted.json"
+
+    def refuse(self, branch, files, message, parent="HEAD"):
+        raise GitError(f"cannot lock ref 'refs/heads/{branch}'")
+    with monkeypatch.context() as m:
+        m.setattr(Git, "commit_files_on_branch", refuse)
+        code, out, err = _cli(capsys, "promote", OP, cid)
+    assert code == 2 and "could not commit" in err and "Traceback" not in out + err
+    assert not manifest.exists()                               # not promoted half-way
+    assert _cli(capsys, "promote", OP, cid, "--no-commit")[0] == 0
+    before = manifest.read_bytes()
+    with monkeypatch.context() as m:
+        m.setattr(Git, "commit_files_on_branch", refuse)
+        code, out, err = _cli(capsys, "demote", OP)
+    assert code == 2 and "could not commit" in err and "Traceback" not in out + err
+    assert manifest.read_bytes() == before                     # still promoted
