@@ -470,10 +470,14 @@ def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None
     if results is not None and not results.is_dir():
         raise ScorecardError(f"{results} is not a folder")
     files = json_files(results.resolve() if results else root / "results", root)   # read once
+    if results is not None and not any(_is_bench(d) or _is_layers(d) for _, d in files):
+        raise ScorecardError(f"{results} holds no benchmark JSON (scripts/gpu/bench_kernels.py or bench_layers.py output)")
     cards = scorecards(root, ops=ops, files=files)
     if ops and not cards:
         raise ScorecardError(f"no promoted kernel for {', '.join(ops)}")
     layers = [] if ops else layer_tables(root, files=files)
+    if not cards and not layers:
+        raise ScorecardError("nothing to judge: no promoted kernel in kernels_generated/promoted.json and no per-layer benchmark")
     if as_json:
         return json.dumps({"ops": [asdict(c) for c in cards], "layers": [asdict(t) for t in layers]}, indent=1)
     return "\n\n".join([render(c) for c in cards] + [render_layers(t) for t in layers])

@@ -337,3 +337,21 @@ def test_json_files_follow_commit_order_within_one_second(sc, tmp_path):
         git("commit", "-qm", name)
     files = [p.name for p, _ in sc.json_files(res, tmp_path)]
     assert files == ["b_study.json", "a_authoritative.json"]
+
+
+def test_a_results_folder_without_benchmarks_and_an_empty_project_are_errors(sc, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.json").write_text('{"schema": 1}')
+    (empty / "broken.json").write_text("{oops")
+    with pytest.raises(sc.ScorecardError, match="holds no benchmark JSON"):
+        sc.report(ROOT, None, empty)
+    bare = tmp_path / "bare"                           # no promoted kernel, no results/
+    bare.mkdir()
+    with pytest.raises(sc.ScorecardError, match="nothing to judge"):
+        sc.report(bare)
+    harness = [sys.executable, "-c", "from harness.cli import main; main()", "scorecard", "--results", str(empty), "--json"]
+    p = subprocess.run(harness, capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr
+    assert p.stderr.strip().splitlines() == [f"harness: error: {empty} holds no benchmark JSON "
+                                             "(scripts/gpu/bench_kernels.py or bench_layers.py output)"]
