@@ -44,5 +44,9 @@ def path_pins(root: Path, paths: list[str]) -> list[PathPins]:
             rel = p.relative_to(root).as_posix()
         except ValueError:
             raise UserError(f"{raw}: not inside the repository {root}") from None
+        if not p.exists():                   # a typo would read "no gate code pins it"
+            raise UserError(f"{raw}: no such file")
+        if p.is_dir():
+            raise UserError(f"{raw} is a folder: name the files in it")
         out.append(PathPins(rel, [g.gate for g in pins if rel in g.files]))
     return out

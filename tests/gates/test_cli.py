@@ -243,3 +243,13 @@ def test_a_failed_commit_leaves_the_manifest_as_it_was(repo, capsys, monkeypatch
         code, out, err = _cli(capsys, "demote", OP)
     assert code == 2 and "could not commit" in err and "Traceback" not in out + err
     assert manifest.read_bytes() == before                     # still promoted
+
+
+@pytest.mark.parametrize("path", ["harness/no_such_file.py", "harness/toolchain"])
+def test_ci_pins_of_a_missing_file_or_a_folder_is_one_line_exit_2(repo, capsys, path):
+    root, _ = repo
+    for argv in (["ci", "pins", str(root / path)], ["ci", "pins", str(root / path), "--json"]):
+        code, out, err = _cli(capsys, *argv)
+        assert code == 2 and out == "" and "Traceback" not in err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("harness: error:") and path in lines[0], err
