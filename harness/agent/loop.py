@@ -8,6 +8,7 @@ drafted again, finished stages are not run again, the budget spent so far is kep
 from __future__ import annotations
 
 import math
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
@@ -429,7 +430,14 @@ def _below_the_perf_bar(best: CandidateRecord) -> str | None:
 
 def start(cfg: OptimizeConfig, run_id: str | None = None, **kw: Any) -> Optimizer:
     log = RunLog.create(paths.runs_dir(), run_id or new_run_id(cfg.op))
-    return Optimizer(cfg, log, **kw)
+    try:
+        return Optimizer(cfg, log, **kw)
+    except Exception:
+        # refused before its first event (no key, no families, a bad provider): leave no empty
+        # run folder behind, which `--resume` would call "no run" and the dashboard would list
+        if not log.events_path.exists():
+            shutil.rmtree(log.folder, ignore_errors=True)
+        raise
 
 
 def resume(run_id: str, overrides: dict[str, Any] | None = None, **kw: Any) -> Optimizer:

@@ -44,3 +44,20 @@ def test_a_bad_limit_or_base_url_is_one_line_exit_2_and_starts_no_run(extra, har
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("harness: error:") and extra[-2] in lines[0], err
     assert not (harness_root / "runs").exists() or not any((harness_root / "runs").iterdir())
+
+
+@pytest.mark.parametrize("agent,code_wanted", [("openai:gpt-4o", 3), ("bogus:model", 2)])
+def test_a_run_refused_at_its_start_leaves_no_run_folder(agent, code_wanted, harness_root, capsys, monkeypatch):
+    from harness.cli import main
+
+    monkeypatch.delenv("OPENAI_API_KEY")
+    try:
+        main(["optimize", "--op", "moe_router", "--agent", agent])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    assert code == code_wanted and "Traceback" not in out + err
+    assert [ln for ln in err.splitlines() if ln.strip()][0].startswith("harness: error:"), err
+    runs = harness_root / "runs"
+    assert not runs.exists() or list(runs.iterdir()) == []
