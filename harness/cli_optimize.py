@@ -72,6 +72,14 @@ def register(app: typer.Typer) -> None:
             opt = resume_run(resume, overrides, listener=listener)
             if opt.cfg.op != op:
                 raise UserError(f"run {resume} optimizes {opt.cfg.op}, not {op}")
+            # a resumed run keeps the settings it started with: one given otherwise would be ignored
+            for name, given, default, kept in (("--agent", agent, "template", opt.cfg.agent),
+                                               ("--base-url", base_url, None, opt.cfg.base_url),
+                                               ("--gpu", gpu, "h200", opt.cfg.gpu), ("--seed", seed, 0, opt.cfg.seed),
+                                               ("--request-timeout", request_timeout_s, 300.0, opt.cfg.request_timeout_s)):
+                if given != default and given != kept:
+                    raise UserError(f"{name} {given}: run {resume} keeps the {kept} it started with; "
+                                    f"drop {name} to resume it, or start a new run")
         else:
             cfg = OptimizeConfig(op=op, agent=agent, base_url=base_url, gpu=gpu, promote=promote, seed=seed,
                                  request_timeout_s=request_timeout_s, **overrides)

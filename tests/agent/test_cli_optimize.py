@@ -61,3 +61,33 @@ def test_a_run_refused_at_its_start_leaves_no_run_folder(agent, code_wanted, har
     assert [ln for ln in err.splitlines() if ln.strip()][0].startswith("harness: error:"), err
     runs = harness_root / "runs"
     assert not runs.exists() or list(runs.iterdir()) == []
+
+
+def test_resume_refuses_a_setting_the_run_would_ignore(harness_root, capsys, monkeypatch):
+    import shutil
+
+    from harness.cli import main
+
+    shutil.copytree(REPO / "prompts", harness_root / "prompts")
+
+    def cli(*argv: str) -> tuple[int, str, str]:
+        try:
+            main(list(argv))
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    code, out, err = cli("optimize", "--op", "moe_router", "--time-limit", "0", "--json")
+    assert code == 0, err
+    run_id = json.loads(out)["run_id"]
+    events = (harness_root / "runs" / run_id / "events.jsonl").read_bytes()
+    for extra in (["--gpu", "b200"], ["--agent", "openai:gpt-4o"], ["--seed", "7"]):
+        code, out, err = cli("optimize", "--op", "moe_router", "--resume", run_id, *extra)
+        assert code == 2 and "Traceback" not in out + err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith(f"harness: error: {extra[0]} {extra[1]}: run {run_id} keeps"), err
+    assert (harness_root / "runs" / run_id / "events.jsonl").read_bytes() == events      # nothing resumed
+    code, _, err = cli("optimize", "--op", "moe_router", "--resume", run_id, "--gpu", "h200", "--time-limit", "0")
+    assert code == 0, err                                # the run's own value is no conflict
