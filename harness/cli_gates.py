@@ -25,6 +25,8 @@ def _resolve(op: str, ref: str) -> tuple[Path, str]:
     except ValueError as exc:
         raise UserError(str(exc)) from None
     root = paths.root()
+    if not ref.strip():                  # "" is the current folder to Path
+        raise UserError(f"empty candidate id (see `harness candidates {op}`)")
     folder = Path(ref)
     if not folder.is_dir():
         folder = root / "kernels_generated" / op / ref

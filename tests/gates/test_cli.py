@@ -253,3 +253,11 @@ def test_ci_pins_of_a_missing_file_or_a_folder_is_one_line_exit_2(repo, capsys, 
         assert code == 2 and out == "" and "Traceback" not in err
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("harness: error:") and path in lines[0], err
+
+
+@pytest.mark.parametrize("verb", [["gate", OP, " ", "--no-write"], ["promote", OP, "", "--no-commit"]])
+def test_an_empty_candidate_id_is_named_as_such(repo, capsys, verb):
+    code, out, err = _cli(capsys, *verb)
+    assert code == 2 and "Traceback" not in out + err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "empty candidate id" in lines[0], err
