@@ -5,22 +5,11 @@ from __future__ import annotations
 import json
 
 from harness import paths
-from harness.cli import main
 from harness.promotion import read_manifest
 
 
-def _run(argv: list[str], capsys) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_json_marks_the_promoted_candidate_and_families(capsys) -> None:
-    code, out, _ = _run(["candidates", "add_rmsnorm", "--json"], capsys)
+def test_json_marks_the_promoted_candidate_and_families(run_cli) -> None:
+    code, out, _ = run_cli(["candidates", "add_rmsnorm", "--json"])
     assert code == 0
     rows = json.loads(out)
     folders = sorted(p.name for p in (paths.kernels_dir() / "add_rmsnorm").iterdir() if (p / "candidate.json").is_file())
@@ -32,17 +21,17 @@ def test_json_marks_the_promoted_candidate_and_families(capsys) -> None:
     assert {r["family"] for r in rows} >= {"rowreg", "clusterpush", "pushhybrid"}
 
 
-def test_table_stars_the_promoted_row(capsys, monkeypatch) -> None:
+def test_table_stars_the_promoted_row(run_cli, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")
-    code, out, _ = _run(["candidates", "attn_res"], capsys)
+    code, out, _ = run_cli(["candidates", "attn_res"])
     assert code == 0
     manifest = {e["op"]: e["candidate"] for e in read_manifest(paths.root())}
     starred = [line.split()[1] for line in out.splitlines() if line.startswith("* ") and "promoted (" not in line]
     assert starred == [manifest["attn_res"]]
 
 
-def test_unknown_op_is_one_line_exit_2(capsys) -> None:
-    code, out, err = _run(["candidates", "no_such_op"], capsys)
+def test_unknown_op_is_one_line_exit_2(run_cli) -> None:
+    code, out, err = run_cli(["candidates", "no_such_op"])
     assert code == 2 and out == ""
     assert "unknown op 'no_such_op'" in err and "Traceback" not in err
 
@@ -58,12 +47,12 @@ def _copy_op(tmp_path, monkeypatch, op: str):
     return root / "kernels_generated" / op
 
 
-def test_an_unreadable_candidate_folder_is_named_and_exits_2(tmp_path, capsys, monkeypatch) -> None:
+def test_an_unreadable_candidate_folder_is_named_and_exits_2(tmp_path, run_cli, monkeypatch) -> None:
     base = _copy_op(tmp_path, monkeypatch, "attn_res")
     broken = sorted(p for p in base.iterdir() if p.is_dir())[0]
     (broken / "candidate.json").write_text("{oops")
     for argv in (["candidates", "attn_res"], ["candidates", "attn_res", "--json"]):
-        code, out, err = _run(argv, capsys)
+        code, out, err = run_cli(argv)
         assert code == 2 and "Traceback" not in out + err
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("harness: error: 1 candidate folder(s)"), err
@@ -74,9 +63,9 @@ def test_an_unreadable_candidate_folder_is_named_and_exits_2(tmp_path, capsys, m
             assert broken.name not in out and out.strip()
 
 
-def test_an_op_without_candidates_says_so(tmp_path, capsys, monkeypatch) -> None:
+def test_an_op_without_candidates_says_so(tmp_path, run_cli, monkeypatch) -> None:
     monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))
-    code, out, err = _run(["candidates", "rmsnorm"], capsys)
+    code, out, err = run_cli(["candidates", "rmsnorm"])
     assert code == 0 and "no candidates of rmsnorm" in out, out + err
-    code, out, _ = _run(["candidates", "rmsnorm", "--json"], capsys)
+    code, out, _ = run_cli(["candidates", "rmsnorm", "--json"])
     assert code == 0 and json.loads(out) == []

@@ -7,7 +7,6 @@ import json
 import pytest
 
 import harness.toolchain as toolchain
-from harness.cli import main
 
 OP = "moe_router"
 
@@ -16,16 +15,6 @@ def _promoted(op: str) -> str:
     from harness import paths
 
     return next(e["candidate"] for e in json.loads(paths.promoted_manifest().read_text()) if e["op"] == op)
-
-
-def _run(argv: list[str], capsys) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.fixture
@@ -46,8 +35,8 @@ def no_work(monkeypatch):
     ["eval", OP, "{cid}", "--sets", "-3", "--json"],
     ["eval", OP, "{cid}", "--timeout-s", "0"],
 ])
-def test_bad_numeric_option_is_one_line_exit_2(argv: list[str], capsys, no_work) -> None:
-    code, out, err = _run([a.format(cid=_promoted(OP)) for a in argv], capsys)
+def test_bad_numeric_option_is_one_line_exit_2(argv: list[str], run_cli, no_work) -> None:
+    code, out, err = run_cli([a.format(cid=_promoted(OP)) for a in argv])
     assert code == 2 and "Traceback" not in out + err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("harness: error:"), err
@@ -56,8 +45,8 @@ def test_bad_numeric_option_is_one_line_exit_2(argv: list[str], capsys, no_work)
 
 
 @pytest.mark.parametrize("verb", ["check", "compile", "eval"])
-def test_an_empty_candidate_id_is_named_as_such(verb: str, capsys, no_work) -> None:
-    code, out, err = _run([verb, OP, " "], capsys)
+def test_an_empty_candidate_id_is_named_as_such(verb: str, run_cli, no_work) -> None:
+    code, out, err = run_cli([verb, OP, " "])
     assert code == 2 and "Traceback" not in out + err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "empty candidate id" in lines[0], err

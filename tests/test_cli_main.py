@@ -4,30 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cli import main
-
-
-def _run(argv: list[str], capsys) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 @pytest.mark.parametrize("argv", [[], ["ci"], ["dashboard"]])
-def test_a_group_without_a_command_prints_its_help_and_no_empty_error(argv: list[str], capsys) -> None:
-    code, out, err = _run(argv, capsys)
+def test_a_group_without_a_command_prints_its_help_and_no_empty_error(argv: list[str], run_cli) -> None:
+    code, out, err = run_cli(argv)
     assert code == 2 and "Usage" in out and "Traceback" not in out + err
     assert "harness: error:" not in err, err
 
 
 @pytest.mark.parametrize("argv", [["candidates", "moe_router"], ["ci", "pins", "--json"], ["scorecard"]])
-def test_a_harness_root_that_is_no_folder_is_one_line_exit_2(argv: list[str], tmp_path, capsys, monkeypatch) -> None:
+def test_a_harness_root_that_is_no_folder_is_one_line_exit_2(argv: list[str], tmp_path, run_cli, monkeypatch) -> None:
     monkeypatch.setenv("HARNESS_ROOT", str(tmp_path / "no_such_root"))
-    code, out, err = _run(argv, capsys)
+    code, out, err = run_cli(argv)
     assert code == 2 and out == "" and "Traceback" not in err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines == [f"harness: error: HARNESS_ROOT={tmp_path / 'no_such_root'} is not a folder"], err

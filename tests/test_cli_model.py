@@ -7,18 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-
-
-def _run(argv: list[str], capsys) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
 
 def _one_error_line(code: int, out: str, err: str) -> str:
     assert code == 2 and "Traceback" not in out + err, err
@@ -36,25 +24,25 @@ def _one_error_line(code: int, out: str, err: str) -> str:
     {"paths": [{"kernels": "on", "trace": [{"op": "x", "outcome": "kernel"}]}]},
 ])
 @pytest.mark.parametrize("as_json", [False, True])
-def test_trace_from_a_malformed_file_is_one_line_exit_2(doc, as_json: bool, tmp_path: Path, capsys) -> None:
+def test_trace_from_a_malformed_file_is_one_line_exit_2(doc, as_json: bool, tmp_path: Path, run_cli) -> None:
     f = tmp_path / "t.json"
     f.write_text(json.dumps(doc))
-    line = _one_error_line(*_run(["trace", "--from", str(f)] + (["--json"] if as_json else []), capsys))
+    line = _one_error_line(*run_cli(["trace", "--from", str(f)] + (["--json"] if as_json else [])))
     assert str(f) in line
 
 
-def test_trace_from_a_well_formed_file_still_prints(tmp_path: Path, capsys) -> None:
+def test_trace_from_a_well_formed_file_still_prints(tmp_path: Path, run_cli) -> None:
     f = tmp_path / "t.json"
     rows = [{"op": "moe_router", "outcome": "fallback", "reason": "no_kernel", "count": 3}]
     f.write_text(json.dumps({"paths": [{"kernels": "on", "trace": rows}]}))
-    code, out, _ = _run(["trace", "--from", str(f), "--json"], capsys)
+    code, out, _ = run_cli(["trace", "--from", str(f), "--json"])
     assert code == 0 and json.loads(out) == {"kernels on": rows}
 
 
 @pytest.mark.parametrize("verb", [["trace", "--steps", "1", "--batch", "1"],
                                   ["eval-model", "--steps", "1", "--context", "4", "--structured", "0"]])
 @pytest.mark.parametrize("where", ["missing_folder", "a_directory"])
-def test_an_unwritable_save_is_one_line_exit_2(verb: list[str], where: str, tmp_path: Path, capsys,
+def test_an_unwritable_save_is_one_line_exit_2(verb: list[str], where: str, tmp_path: Path, run_cli,
                                                monkeypatch) -> None:
     import harness.model.evaluate as model_evaluate
 
@@ -65,10 +53,10 @@ def test_an_unwritable_save_is_one_line_exit_2(verb: list[str], where: str, tmp_
     if verb[0] == "trace":
         import harness.model as model
         monkeypatch.setattr(model, "K3Decoder", no_decode)
-    line = _one_error_line(*_run(verb + ["--save", str(save)], capsys))
+    line = _one_error_line(*run_cli(verb + ["--save", str(save)]))
     assert "--save" in line
 
 
-def test_eval_model_negative_structured_is_one_line_exit_2(capsys) -> None:
-    line = _one_error_line(*_run(["eval-model", "--steps", "1", "--context", "4", "--structured", "-1"], capsys))
+def test_eval_model_negative_structured_is_one_line_exit_2(run_cli) -> None:
+    line = _one_error_line(*run_cli(["eval-model", "--steps", "1", "--context", "4", "--structured", "-1"]))
     assert "--structured" in line

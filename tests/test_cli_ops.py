@@ -9,22 +9,11 @@ import pytest
 import torch
 
 import reference_impls
-from harness.cli import main
-
-
-def _run(argv: list[str], capsys) -> tuple[int, str, str]:
-    code = 0
-    try:
-        main(argv)
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize("tp", [8, 16])
-def test_ops_table_json(tp: int, capsys) -> None:
-    code, out, _ = _run(["ops", "--gpu", "h200", "--tp", str(tp), "--json"], capsys)
+def test_ops_table_json(tp: int, run_cli) -> None:
+    code, out, _ = run_cli(["ops", "--gpu", "h200", "--tp", str(tp), "--json"])
     assert code == 0
     rows = json.loads(out)
     assert [r["op"] for r in rows] == list(reference_impls.OP_NAMES)
@@ -34,23 +23,23 @@ def test_ops_table_json(tp: int, capsys) -> None:
         assert r["gpu"] == "h200" and r["tp"] == tp
 
 
-def test_ops_table_human(capsys, monkeypatch) -> None:
+def test_ops_table_human(run_cli, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "250")                 # rich wraps long names at 80 columns
-    code, out, _ = _run(["ops", "--gpu", "h200"], capsys)
+    code, out, _ = run_cli(["ops", "--gpu", "h200"])
     assert code == 0
     for op in reference_impls.OP_NAMES:
         assert op in out
 
 
 @pytest.mark.parametrize("op", reference_impls.OP_NAMES)
-def test_ops_show(op: str, capsys) -> None:
-    code, out, _ = _run(["ops", "show", op, "--json"], capsys)
+def test_ops_show(op: str, run_cli) -> None:
+    code, out, _ = run_cli(["ops", "show", op, "--json"])
     assert code == 0
     info = json.loads(out)
     defn = reference_impls.get(op)
     assert [t["name"] for t in info["inputs"]] == [t.name for t in defn.inputs]
     assert set(info["tolerances"]) == {t.name for t in defn.outputs}
-    code, out, _ = _run(["ops", "show", op, "--tp", "16"], capsys)
+    code, out, _ = run_cli(["ops", "show", op, "--tp", "16"])
     assert code == 0 and op in out
 
 
@@ -59,12 +48,12 @@ CHEAP = [op for op in reference_impls.OP_NAMES if op != "moe_experts"]
 
 
 @pytest.mark.parametrize("op", CHEAP)
-def test_ref_saves_inputs_and_outputs(op: str, tmp_path: Path, capsys) -> None:
+def test_ref_saves_inputs_and_outputs(op: str, tmp_path: Path, run_cli) -> None:
     f = tmp_path / f"{op}.pt"
     argv = ["ref", op, "--batch", "2", "--tp", "16", "--seed", "3", "--save", str(f)]
     if reference_impls.get(op).uses_context:
         argv += ["--context", "40"]
-    code, _, err = _run(argv, capsys)
+    code, _, err = run_cli(argv)
     assert code == 0, err
     saved = torch.load(f)
     defn = reference_impls.get(op)
@@ -74,18 +63,18 @@ def test_ref_saves_inputs_and_outputs(op: str, tmp_path: Path, capsys) -> None:
     assert all(torch.equal(again[k], saved["outputs"][k]) for k in again)
 
 
-def test_ref_kda_bf16_state(tmp_path: Path, capsys) -> None:
+def test_ref_kda_bf16_state(tmp_path: Path, run_cli) -> None:
     f = tmp_path / "kda.pt"
-    code, _, err = _run(["ref", "kda_decode", "--batch", "3", "--tp", "16", "--state-dtype", "bf16", "--save", str(f)], capsys)
+    code, _, err = run_cli(["ref", "kda_decode", "--batch", "3", "--tp", "16", "--state-dtype", "bf16", "--save", str(f)])
     assert code == 0, err
     saved = torch.load(f)
     assert saved["inputs"]["state"].dtype == torch.bfloat16 == saved["outputs"]["state"].dtype
 
 
 @pytest.mark.slow          # draws every expert's MXFP4 weights (~1 GB) and decodes 16 of them
-def test_ref_moe_experts(tmp_path: Path, capsys) -> None:
+def test_ref_moe_experts(tmp_path: Path, run_cli) -> None:
     f = tmp_path / "moe.pt"
-    code, _, err = _run(["ref", "moe_experts", "--batch", "1", "--tp", "16", "--routing", "hot", "--save", str(f)], capsys)
+    code, _, err = run_cli(["ref", "moe_experts", "--batch", "1", "--tp", "16", "--routing", "hot", "--save", str(f)])
     assert code == 0, err
     saved = torch.load(f)
     assert saved["inputs"]["w13"].shape == (896, 384, 1792) and saved["outputs"]["out"].shape == (1, 3584)
@@ -106,11 +95,11 @@ def test_ref_moe_experts(tmp_path: Path, capsys) -> None:
     ["ops", "--gpu", "a100x"],
     ["ops", "--tp", "4"],
 ])
-def test_bad_input_one_line_exit_2_nothing_written(argv: list[str], tmp_path: Path, capsys) -> None:
+def test_bad_input_one_line_exit_2_nothing_written(argv: list[str], tmp_path: Path, run_cli) -> None:
     f = tmp_path / "x.pt"
     if argv[0] == "ref":
         argv = argv + ["--save", str(f)]
-    code, out, err = _run(argv, capsys)
+    code, out, err = run_cli(argv)
     assert code == 2
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("harness: error:"), err
@@ -118,16 +107,16 @@ def test_bad_input_one_line_exit_2_nothing_written(argv: list[str], tmp_path: Pa
     assert list(tmp_path.iterdir()) == []
 
 
-def test_shape_on_an_op_without_named_shapes_names_those_that_have_them(tmp_path: Path, capsys) -> None:
-    code, _, err = _run(["ref", "rmsnorm", "--batch", "1", "--shape", "nb1", "--save", str(tmp_path / "x.pt")], capsys)
+def test_shape_on_an_op_without_named_shapes_names_those_that_have_them(tmp_path: Path, run_cli) -> None:
+    code, _, err = run_cli(["ref", "rmsnorm", "--batch", "1", "--shape", "nb1", "--save", str(tmp_path / "x.pt")])
     named = sorted(d.name for d in reference_impls.all_ops() if d.extra.get("shape_names"))
     assert code == 2 and "attn_res" in named and all(n in err for n in named), err
 
 
-def test_save_under_a_file_is_one_line_exit_2(tmp_path: Path, capsys) -> None:
+def test_save_under_a_file_is_one_line_exit_2(tmp_path: Path, run_cli) -> None:
     plain = tmp_path / "plain"
     plain.write_text("x")
-    code, out, err = _run(["ref", "rmsnorm", "--save", str(plain / "x.pt")], capsys)
+    code, out, err = run_cli(["ref", "rmsnorm", "--save", str(plain / "x.pt")])
     assert code == 2 and "Traceback" not in err + out
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("harness: error:") and "not a folder" in lines[0], err
