@@ -31,15 +31,8 @@ def test_optimize_writes_timestamped_progress_lines_when_stderr_is_a_file(harnes
                                    ["--request-timeout", "0"],
                                    ["--agent", "openai:gpt-4o", "--base-url", "not a url"],
                                    ["--agent", "openai:gpt-4o", "--base-url", "localhost:8000/v1"]])
-def test_a_bad_limit_or_base_url_is_one_line_exit_2_and_starts_no_run(extra, harness_root, capsys):
-    from harness.cli import main
-
-    try:
-        main(["optimize", "--op", "moe_router", *extra])
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
+def test_a_bad_limit_or_base_url_is_one_line_exit_2_and_starts_no_run(extra, harness_root, run_cli):
+    code, out, err = run_cli(["optimize", "--op", "moe_router", *extra])
     assert code == 2 and "Traceback" not in out + err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("harness: error:") and extra[-2] in lines[0], err
@@ -47,37 +40,22 @@ def test_a_bad_limit_or_base_url_is_one_line_exit_2_and_starts_no_run(extra, har
 
 
 @pytest.mark.parametrize("agent,code_wanted", [("openai:gpt-4o", 3), ("bogus:model", 2)])
-def test_a_run_refused_at_its_start_leaves_no_run_folder(agent, code_wanted, harness_root, capsys, monkeypatch):
-    from harness.cli import main
-
+def test_a_run_refused_at_its_start_leaves_no_run_folder(agent, code_wanted, harness_root, run_cli, monkeypatch):
     monkeypatch.delenv("OPENAI_API_KEY")
-    try:
-        main(["optimize", "--op", "moe_router", "--agent", agent])
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
+    code, out, err = run_cli(["optimize", "--op", "moe_router", "--agent", agent])
     assert code == code_wanted and "Traceback" not in out + err
     assert [ln for ln in err.splitlines() if ln.strip()][0].startswith("harness: error:"), err
     runs = harness_root / "runs"
     assert not runs.exists() or list(runs.iterdir()) == []
 
 
-def test_resume_refuses_a_setting_the_run_would_ignore(harness_root, capsys, monkeypatch):
+def test_resume_refuses_a_setting_the_run_would_ignore(harness_root, run_cli, monkeypatch):
     import shutil
-
-    from harness.cli import main
 
     shutil.copytree(REPO / "prompts", harness_root / "prompts")
 
     def cli(*argv: str) -> tuple[int, str, str]:
-        try:
-            main(list(argv))
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-        out, err = capsys.readouterr()
-        return code, out, err
+        return run_cli(list(argv))
 
     code, out, err = cli("optimize", "--op", "moe_router", "--time-limit", "0", "--json")
     assert code == 0, err
