@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 import typer
 
+from .cli_ops import check_save_path
 from .errors import UserError
 from .output import console, print_json, to_jsonable
 
@@ -66,16 +67,6 @@ def _counter_rows(path: Path, rows: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def _check_save(save: Optional[Path]) -> None:
-    """A --save that cannot be written is a UserError before the decode, not a traceback after it."""
-    if save is None:
-        return
-    if save.is_dir():
-        raise UserError(f"--save {save} is a directory")
-    if not save.parent.is_dir():
-        raise UserError(f"--save {save}: folder {save.parent} does not exist")
-
-
 def _write_json(save: Path, doc: Any) -> None:
     try:
         save.write_text(json.dumps(doc, indent=2) + "\n")
@@ -109,7 +100,8 @@ def register(app: typer.Typer) -> None:
 
         if steps < 1 or batch < 1:
             raise UserError("--steps and --batch must be >= 1")
-        _check_save(save)
+        if save is not None:
+            check_save_path(save)
         _cpu_threads()
         cfg = get_config(config)
         dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -155,7 +147,8 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--kernels must be on, off or both (got '{kernels}')") from None
         if structured < 0:
             raise UserError(f"--structured must be >= 0 (got {structured})")
-        _check_save(save)
+        if save is not None:
+            check_save_path(save)
         _cpu_threads()
         with Progress(console=console(), transient=True, disable=as_json) as bar:
             task = bar.add_task("eval-model", total=None)

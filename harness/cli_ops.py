@@ -80,6 +80,16 @@ def op_summary(defn, profile, tp: int = 8) -> dict:
     return row
 
 
+def check_save_path(save: Path) -> None:
+    """A --save that cannot be written is a UserError before any work, not a traceback after it
+    (`ref` here, `trace` and `eval-model` in cli_model)."""
+    if save.is_dir():
+        raise UserError(f"--save {save} is a directory")
+    if not save.parent.is_dir():
+        why = "is not a folder" if save.parent.exists() else "does not exist"
+        raise UserError(f"--save {save}: {save.parent} {why}")
+
+
 def register(app: typer.Typer) -> None:
     ops_app = typer.Typer(help="The Kimi K3 decode-op catalogue.", invoke_without_command=True)
     app.add_typer(ops_app, name="ops")
@@ -171,12 +181,7 @@ def register(app: typer.Typer) -> None:
         pt = _point(defn, batch, tp, context, routing, state_dtype, shape)
         import torch
 
-        if save.exists() and save.is_dir():
-            raise UserError(f"--save {save} is a directory")
-        if not save.parent.exists():
-            raise UserError(f"folder {save.parent} does not exist")
-        if not save.parent.is_dir():
-            raise UserError(f"--save {save}: {save.parent} is not a folder")
+        check_save_path(save)
         gen = torch.Generator().manual_seed(seed)
         inputs = defn.make_inputs(pt, gen, "cpu")
         outputs = defn.run_reference(inputs)
