@@ -79,6 +79,8 @@ def parse_model_config(name: str, default_layers: int) -> tuple[str, int]:
         n = int(layers)
     except ValueError:
         raise UserError(f"model config '{name}': layer count '{layers}' is not an integer") from None
+    if n < 1:                       # 0 would silently mean the preset's own count (get_config's None)
+        raise UserError(f"model config '{name}': the layer count must be >= 1")
     return base, n
 
 

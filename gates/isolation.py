@@ -74,8 +74,13 @@ def run(ctx: GateContext) -> GateResult:
 
     try:
         g = Git(ctx.root)
+    except GitError as exc:
+        return GateResult(GateName.ISOLATION.value, Verdict.NOT_RUN, [f"no git history to check against: {exc}"])
+    try:
         base = g.rev(ctx.base) if ctx.base else g.default_base()
     except GitError as exc:
+        if ctx.base:                # a base the caller named that is no commit: a broken request, not a missing tool
+            return GateResult(GateName.ISOLATION.value, Verdict.ERROR, [f"base '{ctx.base}' is not a commit: {exc}"])
         return GateResult(GateName.ISOLATION.value, Verdict.NOT_RUN, [f"no git history to check against: {exc}"])
     if not ctx.candidate_dir.is_dir():
         return GateResult(GateName.ISOLATION.value, Verdict.FAIL, [f"candidate folder {ctx.candidate_dir} does not exist"])

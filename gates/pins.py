@@ -25,7 +25,9 @@ trustworthy; the judges are guarded by their tests.
 Cost. `gate_code_pins` is called once per candidate by the dashboard and by every evidence
 check, so a call stats the files of the pinned packages once (one walk) and, when none of them
 changed since the last call, returns that call's answer. Otherwise it follows the imports of
-every gate together; a file is read, hashed and parsed again only when its (mtime, size) changed.
+every gate together; a file is read, hashed and parsed again only when its stat stamp changed:
+(mtime, ctime, size, inode). The ctime is what a same-size edit whose mtime was set back
+(`touch -d`, `os.utime`, a tool preserving times) cannot hide: no call sets it but the kernel's own.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ from . import ALL_GATES
 PINNED_PACKAGES = ("gates", "harness")
 COMMON_ROOTS = ("gates/_isolated.py", "harness/evidence.py")
 
-Stamp = tuple[int, int]          # (st_mtime_ns, st_size): a file's version, as far as the caches go
+Stamp = tuple[int, int, int, int]  # (st_mtime_ns, st_ctime_ns, st_size, st_ino): a file's version, to the caches
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ def _fingerprint(root: Path) -> dict[str, Stamp]:
                         scan(e.path)
                 elif e.is_file():
                     st = e.stat()
-                    out[e.path] = (st.st_mtime_ns, st.st_size)
+                    out[e.path] = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
 
     for pkg in PINNED_PACKAGES:
         if (root / pkg).is_dir():

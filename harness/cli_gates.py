@@ -80,8 +80,6 @@ def _check_model_config(name: str) -> None:
     from harness.model.config import get_config
 
     preset, layers = parse_model_config(name, 1)
-    if ":" in name and layers < 1:                  # tiny:0 would silently mean tiny's own count
-        raise UserError(f"model config '{name}': the layer count must be >= 1")
     get_config(preset, layers or None)
 
 

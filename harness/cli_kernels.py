@@ -20,8 +20,6 @@ class CandidateFailed(UserError):
 def _cand(op: str, ref: str):
     from .toolchain import load_candidate
 
-    if not ref.strip():                  # "" is the current folder to load_candidate
-        raise UserError(f"empty candidate id (see `harness candidates {op}`)")
     return load_candidate(op, ref)
 
 
@@ -83,23 +81,15 @@ def register(app: typer.Typer) -> None:
         from . import paths
         from .evidence import EVIDENCE_DIR
         from .promotion import read_manifest
-        from .toolchain import list_candidates, load_candidate
+        from .toolchain import scan_candidates
 
         promoted = {e["candidate"] for e in read_manifest(paths.root()) if e["op"] == op}
-        cands = list_candidates(op)
+        scan = scan_candidates(op)
         rows = [{"id": c.id, "promoted": c.id in promoted, "family": (c.provenance.template or {}).get("family"),
                  "author": c.provenance.author, "created_utc": c.provenance.created_utc, "scope": c.scope.to_json(),
                  "evidence_records": len(list((c.path / EVIDENCE_DIR).glob("*.json"))), "path": str(c.path)}
-                for c in cands]
-        # list_candidates skips malformed folders; name them rather than leave them out silently
-        listed, skipped = {c.path for c in cands}, []
-        base = paths.kernels_dir() / op
-        for p in sorted(base.iterdir()) if base.is_dir() else []:
-            if p.is_dir() and not p.name.startswith(".") and p.name != "__pycache__" and p.resolve() not in listed:
-                try:
-                    load_candidate(op, p)
-                except UserError as exc:
-                    skipped.append(str(exc))
+                for c in scan.candidates]
+        skipped = [why for _, why in scan.unreadable]
         if json_out:
             print_json(rows)
         else:
@@ -134,13 +124,12 @@ def register(app: typer.Typer) -> None:
         Exit 1 if any compile failed."""
         from rich.progress import Progress
 
-        from .opdef import TP_DEGREES
+        from .opdef import unsupported_tp
         from .toolchain import check_candidate, compile_matrix
 
         _positive(timeout_s, "timeout-s")
-        bad_tp = [t for t in _csv_ints(tp, "tp") if t not in TP_DEGREES]
-        if bad_tp:
-            raise UserError(f"TP {bad_tp[0]} is not supported (choose from {', '.join(map(str, TP_DEGREES))})")
+        for why in filter(None, map(unsupported_tp, _csv_ints(tp, "tp"))):
+            raise UserError(why)                 # before the candidate loads (compile_matrix checks too)
         cand = _cand(op, candidate)
         st = check_candidate(cand)
         if not st.ok:

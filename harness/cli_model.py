@@ -145,8 +145,6 @@ def register(app: typer.Typer) -> None:
             mode = KernelsMode(kernels)
         except ValueError:
             raise UserError(f"--kernels must be on, off or both (got '{kernels}')") from None
-        if structured < 0:
-            raise UserError(f"--structured must be >= 0 (got {structured})")
         if save is not None:
             check_save_path(save)
         _cpu_threads()

@@ -163,12 +163,19 @@ class OpDefinition:
         return hashlib.sha256(src.encode()).hexdigest()
 
 
+def unsupported_tp(tp: int) -> str | None:
+    """One readable sentence if `tp` is not a K3 tensor-parallel degree, else None."""
+    if tp in TP_DEGREES:
+        return None
+    return f"TP {tp} is not supported (choose from {', '.join(map(str, TP_DEGREES))})"
+
+
 def check_point(defn: OpDefinition, point: Point) -> None:
     """Raise ValueError with one readable sentence if `point` is outside what the op supports."""
     if not BATCH_MIN <= point.batch <= BATCH_MAX:
         raise ValueError(f"batch {point.batch} is outside {BATCH_MIN}..{BATCH_MAX}")
-    if point.tp not in TP_DEGREES:
-        raise ValueError(f"TP {point.tp} is not supported (choose from {', '.join(map(str, TP_DEGREES))})")
+    if why := unsupported_tp(point.tp):
+        raise ValueError(why)
     if point.context < 0:
         raise ValueError(f"context {point.context} must be >= 0")
     if defn.uses_context and point.context < 1:

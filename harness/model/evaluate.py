@@ -131,6 +131,8 @@ def evaluate_model(config: str | ModelConfig = "tiny", steps: int = 8, context: 
     cfg = config if isinstance(config, ModelConfig) else get_config(config, n_layers)
     if steps < 1 or context < 2 or batch < 1:
         raise UserError("need --steps >= 1, --context >= 2 and --batch >= 1")
+    if structured < 0 or structured_tokens < 1:
+        raise UserError(f"need --structured >= 0 and structured_tokens >= 1 (got {structured}, {structured_tokens})")
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     reg = registry or registry_mod.default()
     model = K3Decoder(cfg, init_weights(cfg, seed, dev), reg)

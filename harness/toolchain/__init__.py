@@ -4,7 +4,8 @@ persistent cache, a sandboxed evaluation worker and the timing library.
 Public API (the agent loop and the gates call these; nothing else is stable):
 
     from harness.toolchain import (
-        Scope, Provenance, Candidate, create_candidate, load_candidate, list_candidates, candidate_id,
+        Scope, Provenance, Candidate, create_candidate, load_candidate, list_candidates, scan_candidates,
+        CandidateScan, candidate_id,
         check_source, check_candidate, StaticReport,
         compile_candidate, compile_matrix, CompileReport,
         evaluate_candidate, Evaluator, EvalReport, PointResult, run_canary, Verdict,
@@ -24,6 +25,7 @@ from typing import Any
 _EXPORTS = {
     "Candidate": "candidate", "Provenance": "candidate", "Scope": "candidate", "candidate_id": "candidate",
     "create_candidate": "candidate", "list_candidates": "candidate", "load_candidate": "candidate",
+    "scan_candidates": "candidate", "CandidateScan": "candidate",
     "CompileReport": "compile", "compile_candidate": "compile", "compile_matrix": "compile",
     "static_for_point": "compile", "static_keys": "compile",
     "EvalReport": "evaluate", "Evaluator": "evaluate", "GpuUnhealthy": "evaluate", "PointResult": "evaluate",

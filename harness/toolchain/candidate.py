@@ -147,6 +147,8 @@ def load_candidate(op: str, ref: str | Path) -> Candidate:
     """Load and validate a candidate: `ref` is an id (under kernels_generated/<op>/), a
     unique id prefix, or a folder path. UserError (one line) on anything malformed."""
     _check_op(op)
+    if not str(ref).strip():                 # Path("") is the current folder: never a candidate
+        raise UserError(f"empty candidate id of {op} (see `harness candidates {op}`)")
     folder = Path(ref)
     if not folder.is_dir():
         base = paths.kernels_dir() / op
@@ -224,18 +226,33 @@ def create_candidate(op: str, source: str, scope: Scope, provenance: Provenance,
     return load_candidate(op, final)
 
 
-def list_candidates(op: str, root: Path | None = None) -> list[Candidate]:
-    """Every loadable candidate of `op`, oldest first; malformed folders are skipped
-    (use `load_candidate` on one to see why)."""
+@dataclass(frozen=True)
+class CandidateScan:
+    """Every candidate folder of an op: the loadable ones, oldest first, and the ones that are
+    not, each with the one-line reason `load_candidate` gives."""
+
+    candidates: list[Candidate]
+    unreadable: list[tuple[Path, str]]
+
+
+def scan_candidates(op: str, root: Path | None = None) -> CandidateScan:
+    """Load every candidate folder of `op` under `root` (default paths.kernels_dir()); hidden
+    folders (in-flight writes of create_candidate) and __pycache__ are not candidates."""
     _check_op(op)
     base = (root or paths.kernels_dir()) / op
-    out: list[Candidate] = []
-    if not base.is_dir():
-        return out
-    for p in sorted(base.iterdir()):
-        if p.is_dir() and not p.name.startswith("."):
-            try:
-                out.append(load_candidate(op, p))
-            except UserError:
-                continue
-    return sorted(out, key=lambda c: (c.provenance.created_utc, c.id))
+    good: list[Candidate] = []
+    bad: list[tuple[Path, str]] = []
+    for p in sorted(base.iterdir()) if base.is_dir() else []:
+        if not p.is_dir() or p.name.startswith(".") or p.name == "__pycache__":
+            continue
+        try:
+            good.append(load_candidate(op, p))
+        except UserError as exc:
+            bad.append((p, str(exc)))
+    return CandidateScan(sorted(good, key=lambda c: (c.provenance.created_utc, c.id)), bad)
+
+
+def list_candidates(op: str, root: Path | None = None) -> list[Candidate]:
+    """Every loadable candidate of `op`, oldest first. Folders that do not load are left out:
+    `scan_candidates` names them with the reason."""
+    return scan_candidates(op, root).candidates

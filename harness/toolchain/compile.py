@@ -251,12 +251,17 @@ def compile_matrix(cand: Candidate, archs: list[str] | None = None, tps: list[in
     import reference_impls
 
     defn = reference_impls.get(cand.op)
+    from ..errors import UserError
+    from ..opdef import unsupported_tp
+
     archs = list(archs or cand.scope.archs)
     for a in archs:
         if a not in TARGET_ARCHS:
-            from ..errors import UserError
-
             raise UserError(f"unknown arch '{a}' (choose from {', '.join(TARGET_ARCHS)})")
-    combos = list(itertools.product(archs, list(tps or cand.scope.tp), static_keys(defn, cand)))
+    tps = list(tps or cand.scope.tp)
+    for tp in tps:
+        if why := unsupported_tp(tp):
+            raise UserError(why)
+    combos = list(itertools.product(archs, tps, static_keys(defn, cand)))
     return compile_many(cand, combos, timeout_s=timeout_s, use_cache=use_cache, cache_root=cache_root,
                         on_done=on_done, jobs=jobs)

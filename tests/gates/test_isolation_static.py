@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from gates import GateContext, Verdict, isolation, load_config, static
@@ -82,3 +83,21 @@ def test_static_rejects_folder_whose_content_changed(repo):
     k.write_text(k.read_text() + " ")
     res = static.run(_ctx(root, cid))
     assert res.verdict is Verdict.FAIL and "does not match its content" in res.reasons[0]
+
+
+def test_isolation_run_with_a_base_that_is_no_commit_is_an_error_not_a_skip(repo):
+    """NOT_RUN means this machine cannot check (no git history). A base the caller named that
+    names no commit is a broken request: ERROR, which no promotion accepts either."""
+    root, cid = repo
+    res = isolation.run(dataclasses.replace(_ctx(root, cid), base="no-such-ref"))
+    assert res.verdict is Verdict.ERROR
+    assert "no-such-ref" in res.reasons[0] and "not a commit" in res.reasons[0]
+
+
+def test_isolation_run_without_git_history_is_not_run(tmp_path):
+    (tmp_path / "gates").mkdir()
+    import shutil
+    from pathlib import Path
+    shutil.copy(Path(__file__).resolve().parents[2] / "gates" / "gate_config.toml", tmp_path / "gates")
+    res = isolation.run(_ctx(tmp_path, "abc"))
+    assert res.verdict is Verdict.NOT_RUN and "no git history" in res.reasons[0]

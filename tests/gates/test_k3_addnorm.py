@@ -58,3 +58,14 @@ def test_gate_cli_accepts_addnorm_presets_and_rejects_unknown_names(repo, capsys
     for bad, why in (("k3-tp8-rank-addnorn", "unknown model config"), ("tiny-addnorm:x", "not an integer")):
         code, err = cli("gate", "moe_router", cid, "--only", "static", "--model-config", bad)
         assert code == 2 and why in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name", ["tiny:0", "k3-tp8-rank:0", "tiny:-2"])
+def test_a_layer_count_below_one_is_a_user_error(name):
+    """"tiny:0" used to mean tiny's own layer count (get_config(preset, 0 or None))."""
+    from harness.errors import UserError
+
+    with pytest.raises(UserError, match="layer count must be >= 1"):
+        _k3.parse_model_config(name, 3)
+    assert _k3.parse_model_config("tiny:1", 3) == ("tiny", 1)
+    assert _k3.parse_model_config("k3-tp8-rank", 3) == ("k3-tp8-rank", 3)

@@ -221,3 +221,20 @@ def test_a_record_writes_only_its_gates_pinned_files(repo):
     rec = ev.build(root, "moe_router", cid, only_iso, 1, hardware={})
     assert set(rec.gate_code_files) == _pinned("isolation", root)
     assert [g.gate for g in rec.gates] == ["isolation"] and rec.gates[0].verdict == Verdict.PASS.value
+
+
+def test_a_same_size_edit_with_its_mtime_set_back_is_seen(repo):
+    """A tool that preserves times (or `touch -d`) can give an edited file its old mtime and, for
+    a one-character change, its old size: the ctime still moves, and so does the pin."""
+    root, cid = repo
+    timing = root / "harness" / "toolchain" / "timing.py"
+    before = ev.current_pins(root, "moe_router", cid)
+    st = timing.stat()
+    text = timing.read_text()
+    i = text.index("median")
+    timing.write_text(text[:i] + "mediaN" + text[i + 6:])           # same length, other bytes
+    os.utime(timing, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert (timing.stat().st_mtime_ns, timing.stat().st_size) == (st.st_mtime_ns, st.st_size)
+    now = ev.current_pins(root, "moe_router", cid)
+    assert now.gate_code["perf_sweep"] != before.gate_code["perf_sweep"]
+    assert now.gate_code["isolation"] == before.gate_code["isolation"]

@@ -67,3 +67,12 @@ def test_random_fill_long_context_on_cpu():
     res = evaluate_model("tiny", steps=2, context=512, batch=2, fill="random", structured=0, registry=Registry())
     assert res.greedy_agreement == 1.0 and res.max_logit_err == 0.0
     assert res.context == 512
+
+
+@pytest.mark.parametrize("kwargs", [{"structured": -1}, {"structured_tokens": 0}])
+def test_evaluate_model_refuses_a_negative_structured_count_before_any_decode(kwargs):
+    """structured=-1 used to reach max() over an empty list after the whole decode."""
+    from harness.errors import UserError
+
+    with pytest.raises(UserError, match="structured"):
+        evaluate_model("tiny", steps=1, context=4, batch=1, **kwargs)

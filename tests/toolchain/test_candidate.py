@@ -3,7 +3,8 @@ import json
 import pytest
 
 from harness.errors import UserError
-from harness.toolchain import Provenance, Scope, candidate_id, create_candidate, list_candidates, load_candidate
+from harness.toolchain import (Provenance, Scope, candidate_id, create_candidate, list_candidates, load_candidate,
+                               scan_candidates)
 
 SRC = "def compile(tp, options, **static):\n    return None\n"
 
@@ -69,10 +70,25 @@ def test_a_missing_folder_path_or_a_glob_is_not_found_not_a_traceback(tmp_path, 
         load_candidate("moe_router", "ab")
 
 
-def test_list_candidates_skips_malformed(tmp_path):
+def test_list_candidates_skips_malformed_and_scan_names_them(tmp_path):
     good = create_candidate("moe_router", SRC, Scope(), Provenance(), root=tmp_path)
     (tmp_path / "moe_router" / "broken").mkdir()
+    (tmp_path / "moe_router" / "__pycache__").mkdir()            # not a candidate: neither listed nor unreadable
+    (tmp_path / "moe_router" / ".tmp.write").mkdir()              # an in-flight create_candidate
     assert [c.id for c in list_candidates("moe_router", root=tmp_path)] == [good.id]
+    scan = scan_candidates("moe_router", root=tmp_path)
+    assert [c.id for c in scan.candidates] == [good.id]
+    assert [(p.name, "no kernel.py" in why) for p, why in scan.unreadable] == [("broken", True)]
+
+
+@pytest.mark.parametrize("ref", ["", "  "])
+def test_an_empty_id_is_a_user_error_not_the_current_folder(tmp_path, monkeypatch, ref):
+    """Path("") is the current folder: an empty id used to load whatever folder the caller ran in."""
+    monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))
+    c = create_candidate("moe_router", SRC, Scope(), Provenance(), root=tmp_path / "kernels_generated")
+    monkeypatch.chdir(c.path)                                    # a loadable candidate folder
+    with pytest.raises(UserError, match="empty candidate id"):
+        load_candidate("moe_router", ref)
 
 
 def test_committed_moe_router_candidate_loads():

@@ -63,3 +63,15 @@ def test_ptxas_parser_reads_wrapped_remarks():
             "   loads\n ptxas info    : Used 40 registers, used 1 barriers\n")
     assert parse_ptxas(text) == [{"kernel": "kern_0", "arch": "sm_90a", "registers": 40, "stack_bytes": 8,
                                   "spill_store_bytes": 4, "spill_load_bytes": 12}]
+
+
+@pytest.mark.parametrize("archs, tps, message", [(None, [7], "TP 7 is not supported"),
+                                                 (["sm_75"], None, "unknown arch 'sm_75'")])
+def test_compile_matrix_refuses_a_tp_or_arch_outside_the_catalogue(archs, tps, message, tmp_path):
+    """TP7 used to compile (and be cached) as if it were a K3 per-rank shape; nothing is compiled."""
+    from harness.errors import UserError
+
+    cand = list_candidates("moe_router")[0]
+    with pytest.raises(UserError, match=message):
+        compile_matrix(cand, archs, tps, cache_root=tmp_path)
+    assert not any(tmp_path.iterdir())
