@@ -46,7 +46,6 @@ class LiveView:
 
 
 def print_summary(s: dict[str, Any]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..output import console

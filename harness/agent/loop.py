@@ -7,9 +7,7 @@ drafted again, finished stages are not run again, the budget spent so far is kep
 """
 from __future__ import annotations
 
-import math
 import shutil
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable

@@ -4,7 +4,7 @@ its reports into the loop's records (records.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .records import CompileInfo, EvalInfo, Mismatch, StageStatus, Timing, trim_error
 

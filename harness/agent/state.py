@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .records import CandidateRecord, CompileInfo, EvalInfo, ScoreKind, StageStatus
+from .records import CandidateRecord, CompileInfo, ScoreKind, StageStatus
 from .runlog import EventKind, RunLog
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import BFloat16, Float32, const_expr
+from cutlass import BFloat16, Float32
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))

@@ -2,7 +2,6 @@
 moe_router candidate committed: gate, promotion and CI tests never touch /work/main's history."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 

@@ -116,7 +116,7 @@ def test_gate_cut_short_by_sigterm_keeps_the_finished_gates(repo, run_cli, monke
     real = suite.run_gates
 
     def isolation_then_sigterm(ctx, only=None, on_done=None):
-        results = real(ctx, [GateName("isolation")], on_done=on_done)
+        real(ctx, [GateName("isolation")], on_done=on_done)
         os.kill(os.getpid(), signal.SIGTERM)          # arrives while the next gate "runs"
         time.sleep(5)
         raise AssertionError("SIGTERM did not interrupt the run")

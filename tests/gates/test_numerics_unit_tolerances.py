@@ -11,7 +11,6 @@ results/h200/session11/gate_kda_8d9661.log). The cap now follows the dtype the o
 point; fp32-state points keep the fp32 ceiling."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 import reference_impls

@@ -10,7 +10,6 @@ GPU (-m gpu): each candidate on the decoder's strided view (rows past nb NaN) an
 from __future__ import annotations
 
 import json
-import re
 import subprocess
 import sys
 

@@ -2,8 +2,6 @@
 canary key into compile reports, the compile cache or the project tree."""
 from __future__ import annotations
 
-import pytest
-
 from harness.selftest.secrets_leak import canary_key, count_in_tree, run_dumpers_with_key_in_initial_env
 
 
