@@ -259,6 +259,8 @@ def register(app: typer.Typer) -> None:
             return
         for o in out:
             print(o if isinstance(o, str) else f"promoted {o.op}/{o.candidate_id} on {o.branch or '(no commit)'} {o.commit[:12]}")
+        if not out:
+            print("ci promote: nothing to promote (no candidate outside promoted.json has gate evidence)")
 
 
     @ci_app.command("pins")

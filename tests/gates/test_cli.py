@@ -249,3 +249,11 @@ def test_an_empty_candidate_id_is_named_as_such(repo, run_cli, verb):
     assert code == 2 and "Traceback" not in out + err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "empty candidate id" in lines[0], err
+
+
+def test_ci_promote_with_nothing_gated_says_so(repo, run_cli):
+    """It printed nothing and exited 0: a CI log could not tell 'nothing to do' from 'did not run'."""
+    code, out, err = run_cli(["ci", "promote"])
+    assert code == 0 and "nothing to promote" in out, (out, err)
+    code, out, _ = run_cli(["ci", "promote", "--json"])
+    assert code == 0 and json.loads(out) == []
