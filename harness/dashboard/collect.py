@@ -79,28 +79,25 @@ def _run_candidate_records(runs: list[RunView]) -> dict[str, list[tuple[str, dic
 
 
 def _candidates(root: Path, op: str, incumbent: str | None, run_recs, warnings: list[str]) -> list[CandidateView]:
-    from ..toolchain.candidate import KERNEL_FILE, load_candidate
+    from ..toolchain.candidate import KERNEL_FILE, scan_candidates
 
-    base = root / "kernels_generated" / op
+    scan = scan_candidates(op, root / "kernels_generated")
     out = []
-    for folder in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")) if base.is_dir() else []:
-        cv = CandidateView(op=op, id=folder.name, promoted=folder.name == incumbent)
-        try:
-            cand = load_candidate(op, folder)
-        except UserError as exc:
-            cv.load_error = str(exc)
-            k = folder / KERNEL_FILE
-            cv.source = k.read_text(errors="replace") if k.is_file() else ""
-            warnings.append(f"{op}/{folder.name}: {exc}")
-        else:
-            p = cand.provenance
-            cv.author, cv.parent, cv.created_utc, cv.template = p.author, p.parent, p.created_utc, p.template
-            cv.scope, cv.source = cand.scope.to_json(), cand.source
+    for cand in scan.candidates:
+        p = cand.provenance
+        out.append(CandidateView(op=op, id=cand.path.name, promoted=cand.path.name == incumbent, author=p.author,
+                                 parent=p.parent, created_utc=p.created_utc, template=p.template,
+                                 scope=cand.scope.to_json(), source=cand.source))
+    for folder, why in scan.unreadable:
+        k = folder / KERNEL_FILE
+        out.append(CandidateView(op=op, id=folder.name, promoted=folder.name == incumbent, load_error=why,
+                                 source=k.read_text(errors="replace") if k.is_file() else ""))
+        warnings.append(f"{op}/{folder.name}: {why}")
+    for cv in out:
         _evidence(root, cv)
         for run_id, rec in run_recs.get(cv.id, []):
             cv.runs.append(run_id)
             cv.compile += extract.run_compile_facts(rec, run_id)
-        out.append(cv)
     return sorted(out, key=lambda c: (c.created_utc, c.id))
 
 

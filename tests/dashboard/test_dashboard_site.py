@@ -213,3 +213,27 @@ def test_benchmarks_page_judges_the_promoted_kernel_on_the_committed_runs(site):
     assert "promoted now" not in layers
     for (b, layer), (off, on, k_off, k_on) in LAYERS.items():
         assert f" {b} {layer} kda+moe {off:.1f} {on:.1f} {on / off:.2f} {k_off} {k_on} graph " in _text(layers)
+
+
+def test_an_unreadable_candidate_folder_is_shown_with_its_reason(tmp_path, site):
+    """A folder that does not load (here: tampered after creation, and one without a kernel)
+    is listed with the loader's reason and its source, and warned about; in-flight
+    (hidden) folders and __pycache__ are not candidates."""
+    import shutil
+
+    root = tmp_path / "copy"
+    shutil.copytree(site.root / "kernels_generated", root / "kernels_generated")
+    base = root / "kernels_generated" / OP
+    tampered = base / site.ids["v1"] / "kernel.py"
+    tampered.write_text(tampered.read_text() + "# edited after creation\n")
+    (base / "empty").mkdir()
+    (base / "__pycache__").mkdir()
+    (base / ".in-flight").mkdir()
+    op = collect(root).op(OP)
+    bad = {c.id: c for c in op.candidates if c.load_error}
+    assert set(bad) == {site.ids["v1"], "empty"}
+    assert "does not match its content" in bad[site.ids["v1"]].load_error
+    assert "# edited after creation" in bad[site.ids["v1"]].source
+    assert "no kernel.py" in bad["empty"].load_error and bad["empty"].source == ""
+    assert {c.id for c in op.candidates} == {c.id for c in collect(site.root).op(OP).candidates} | {"empty"}
+    assert bad[site.ids["v1"]].promoted                     # still the incumbent in promoted.json
