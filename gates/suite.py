@@ -77,8 +77,26 @@ def recheck(gate: str, numbers: dict[str, Any], op: str, scope, config) -> list[
                                                     int(config.get("numerics_unit", "sets_per_shape")))
         elif g is GateName.NUMERICS_MODEL:
             verdict, reasons = numerics_model.decide(numbers.get("runs", []), config)
-            if numbers.get("model_config") in (None, "tiny"):
-                reasons.append("numerics_model ran on the tiny smoke config")
+            if not _is_k3_rank_config(numbers.get("model_config")):
+                reasons.append(f"numerics_model ran on '{numbers.get('model_config')}', not a K3 rank config "
+                               "(a smoke config, whatever its spelling: tiny, tiny:2, tiny-addnorm)")
         else:
             verdict, reasons, _ = perf_sweep.decide(numbers.get("points", []), numbers.get("layer"), required, config)
     return [f"{gate} numbers do not support a pass: {r}" for r in reasons[:5]] if reasons or verdict is not Verdict.PASS else []
+
+
+def _is_k3_rank_config(name: object) -> bool:
+    """Whether a recorded model_config names a K3 per-rank config (k3-tp8-rank, k3-tp16-rank:3,
+    k3-tp8-rank-addnorm, ...): the only configs whose numerics_model pass counts for promotion."""
+    from harness.errors import UserError
+    from harness.model.config import get_config
+
+    from ._k3 import parse_model_config
+
+    if not isinstance(name, str) or not name:
+        return False
+    try:
+        preset, layers = parse_model_config(name, 1)
+        return bool(get_config(preset, layers or None).is_k3_rank)
+    except (UserError, ValueError, KeyError):
+        return False

@@ -103,7 +103,7 @@ def gate_results(root: Path, cid: str, times: dict, incumbent: dict, drift: bool
     sv, sreasons = scope.decide(scope_numbers, ["sm_90a"], [8, 16])
     return [isolation.run(ctx), static.run(ctx), GateResult("scope", sv, sreasons, scope_numbers),
             GateResult("numerics_unit", Verdict.PASS, [], {"samples": samples}),
-            GateResult("numerics_model", mv, mreasons, {"model_config": "k3", "runs": runs,
+            GateResult("numerics_model", mv, mreasons, {"model_config": "k3-tp8-rank", "runs": runs,
                                                          **({"fused_kernels_off": FUSED_OFF} if drift else {})}),
             GateResult("perf_sweep", pv, preasons, {"points": perf, "layer": layer, "required": pts, **derived})]
 

@@ -43,7 +43,7 @@ def _passing_results(root, cid, perf_regress: bool = False, skip: str = "") -> l
     out = [isolation.run(ctx), static.run(ctx),
            GateResult("scope", scope.decide(scope_numbers, ["sm_90a"], [8])[0], [], scope_numbers),
            GateResult("numerics_unit", Verdict.PASS, [], {"samples": samples}),
-           GateResult("numerics_model", Verdict.PASS, [], {"model_config": "k3", "runs": runs}),
+           GateResult("numerics_model", Verdict.PASS, [], {"model_config": "k3-tp8-rank", "runs": runs}),
            GateResult("perf_sweep", perf_v, [], {"points": perf, "layer": {"on_us": 390.0, "off_us": 400.0, "noise_rel": 0.005},
                                                   "geomean_speedup": 2.0})]
     return [r for r in out if r.gate != skip]
@@ -149,3 +149,26 @@ def test_the_checkouts_promoted_kernels_verify():
 
     root = Path(__file__).resolve().parents[2]
     assert ci_verify(root, compile_archs=False) == []
+
+
+@pytest.mark.parametrize("model_config, accepted", [
+    ("k3-tp8-rank", True), ("k3-tp8-rank:3", True),
+    ("tiny", False), ("tiny:2", False), ("tiny-addnorm", False), ("no-such-config", False), (None, False)])
+def test_a_numerics_model_pass_counts_only_on_a_k3_rank_config(model_config, accepted):
+    """The judge looked for the exact string 'tiny': a smoke run recorded as 'tiny:2' or
+    'tiny-addnorm' passed re-checking as if it had run the K3 rank model."""
+    import json
+    from pathlib import Path
+
+    from gates import load_config
+    from gates.suite import recheck
+    from harness.toolchain import load_candidate
+
+    root = Path(__file__).resolve().parents[2]
+    cand = load_candidate("moe_router", "876e935cf35f")
+    record = next(json.loads(p.read_text()) for p in sorted((cand.path / "evidence").glob("*.json"))
+                  if any(g["gate"] == "numerics_model" for g in json.loads(p.read_text())["gates"]))
+    numbers = dict(next(g for g in record["gates"] if g["gate"] == "numerics_model")["numbers"])
+    numbers["model_config"] = model_config
+    problems = recheck("numerics_model", numbers, "moe_router", cand.scope, load_config(root / "gates" / "gate_config.toml"))
+    assert (problems == []) is accepted, problems
