@@ -2,22 +2,14 @@
 from __future__ import annotations
 
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from gpu_scripts import gpu_script
 
 
 @pytest.fixture(scope="module")
 def probe():
-    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-    try:
-        import bandwidth_probe
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "gpu"))
-    return bandwidth_probe
+    return gpu_script("bandwidth_probe")
 
 
 def test_gpu_identity_names_each_queried_field(probe, monkeypatch):

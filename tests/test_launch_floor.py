@@ -8,18 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpu_scripts import gpu_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def lf():
-    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-    try:
-        import launch_floor
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "gpu"))
-    return launch_floor
+    return gpu_script("launch_floor")
 
 
 def test_shapes_cover_our_launches(lf):

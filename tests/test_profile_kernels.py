@@ -1,22 +1,14 @@
 """scripts/gpu/profile_kernels.py: the device-timeline tails (pure; the GPU part is a script)."""
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from gpu_scripts import gpu_script
 
 
 @pytest.fixture(scope="module")
 def pk():
-    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-    try:
-        import profile_kernels
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "gpu"))
-    return profile_kernels
+    return gpu_script("profile_kernels")
 
 
 def test_pdl_kernel_is_charged_only_past_its_predecessor(pk):

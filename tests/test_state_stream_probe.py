@@ -8,18 +8,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpu_scripts import gpu_script
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def ssp():
-    sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
-    try:
-        import state_stream_probe
-    finally:
-        sys.path.remove(str(ROOT / "scripts" / "gpu"))
-    return state_stream_probe
+    return gpu_script("state_stream_probe")
 
 
 def test_bytes_and_vectors_match_kda_state_tiles(ssp):
