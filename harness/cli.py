@@ -40,6 +40,13 @@ def main(argv: list[str] | None = None) -> None:
         # every verb would read an empty project there and report nothing with exit 0
         print(f"harness: error: HARNESS_ROOT={env_root} is not a folder", file=sys.stderr)
         sys.exit(UserError.exit_code)
+    if os.environ.get("HARNESS_DISABLE_KERNELS", "").strip():
+        from .registry import env_disable_problem
+
+        problem = env_disable_problem()   # a typo would switch every kernel off (fail closed)
+        if problem:
+            print(f"harness: error: {problem}", file=sys.stderr)
+            sys.exit(UserError.exit_code)
     note = other_checkout_note()
     if note:
         print(f"harness: note: {note}", file=sys.stderr)

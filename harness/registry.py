@@ -3,7 +3,8 @@
 Every op call site of the decoder calls `run(op, inputs, tp=..., site=...)`. The call goes
 to a promoted kernel when the kernel's declared scope covers it (arch, TP, batch range,
 dtype, state dtype, named shape) and the op is not switched off (env
-HARNESS_DISABLE_KERNELS=all|op1,op2, or `disable(...)`); otherwise to the op's fp32
+HARNESS_DISABLE_KERNELS=all|op1,op2, where a name that is no op switches all off, or
+`disable(...)`); otherwise to the op's fp32
 reference. Every call increments one counter (op, outcome, reason), so a test, the
 numerics gate and `harness trace` can prove which path ran and why it was left.
 
@@ -112,8 +113,33 @@ def device_arch(device: torch.device) -> str:
 
 
 def _env_disabled() -> frozenset[str]:
+    """The ops HARNESS_DISABLE_KERNELS switches off. A name that is no op fails closed: a
+    typo (`moe_routr`) would otherwise leave the kernel it meant on, so it switches "all"
+    off and `env_disable_problem()` says why."""
+    names = _env_names()
+    return frozenset({"all"}) if _unknown_ops(names) else names
+
+
+def _env_names() -> frozenset[str]:
     raw = os.environ.get(ENV_DISABLE, "").strip()
     return frozenset(p.strip() for p in raw.split(",") if p.strip())
+
+
+def _unknown_ops(names: frozenset[str] | set[str]) -> list[str]:
+    import reference_impls  # noqa: PLC0415 - reference_impls imports harness.opdef
+
+    return sorted(n for n in names if n != "all" and n not in reference_impls.OP_NAMES)
+
+
+def env_disable_problem() -> str | None:
+    """One line when HARNESS_DISABLE_KERNELS names an op that does not exist, else None."""
+    unknown = _unknown_ops(_env_names())
+    if not unknown:
+        return None
+    import reference_impls  # noqa: PLC0415
+
+    return (f"{ENV_DISABLE} names no op: {', '.join(unknown)} (known: all, {', '.join(reference_impls.OP_NAMES)}); "
+            "every kernel is off until it is fixed")
 
 
 def _default_loader(candidate_dir: Path, arch: str, tp: int, **static: str) -> KernelFn:
@@ -161,7 +187,10 @@ class Registry:
 
     # ---- kill switch ----------------------------------------------------------------
     def disable(self, *ops: str) -> None:
-        """Switch kernels off: op names, or "all"."""
+        """Switch kernels off: op names, or "all". ValueError for a name that is no op."""
+        unknown = _unknown_ops(set(ops))
+        if unknown:
+            raise ValueError(f"cannot disable {', '.join(unknown)}: no such op")
         self._disabled.update(ops)
 
     def enable(self, *ops: str) -> None:
@@ -171,7 +200,10 @@ class Registry:
         self._disabled.difference_update(ops)
 
     def is_disabled(self, op: str) -> bool:
-        off = self._disabled | _env_disabled()
+        env_off = _env_disabled()
+        if env_off and (problem := env_disable_problem()):
+            self._errors[ENV_DISABLE] = problem      # shown by `harness trace` and eval-model
+        off = self._disabled | env_off
         return "all" in off or op in off
 
     @contextlib.contextmanager

@@ -19,3 +19,20 @@ def test_a_harness_root_that_is_no_folder_is_one_line_exit_2(argv: list[str], tm
     assert code == 2 and out == "" and "Traceback" not in err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert lines == [f"harness: error: HARNESS_ROOT={tmp_path / 'no_such_root'} is not a folder"], err
+
+
+@pytest.mark.parametrize("argv", [["candidates", "moe_router"], ["trace", "--help"]])
+def test_a_kill_switch_naming_no_op_is_one_line_exit_2(argv: list[str], run_cli, monkeypatch) -> None:
+    """HARNESS_DISABLE_KERNELS=moe_routr would switch every kernel off (fail closed); the CLI says
+    so before any verb runs rather than let a typo pass unseen."""
+    monkeypatch.setenv("HARNESS_DISABLE_KERNELS", "moe_router,moe_routr")
+    code, out, err = run_cli(argv)
+    assert code == 2 and out == "" and "Traceback" not in err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("harness: error: HARNESS_DISABLE_KERNELS names no op: moe_routr ("), err
+
+
+def test_a_kill_switch_of_real_ops_lets_the_verb_run(run_cli, monkeypatch) -> None:
+    monkeypatch.setenv("HARNESS_DISABLE_KERNELS", "all")
+    code, out, err = run_cli(["candidates", "moe_router"])
+    assert code == 0 and "HARNESS_DISABLE_KERNELS" not in err, err

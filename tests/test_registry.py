@@ -107,6 +107,38 @@ def test_kill_switch_env_and_api(monkeypatch):
     assert reg.counters() == {_key(Outcome.FALLBACK, Reason.DISABLED): 4, _key(Outcome.KERNEL, Reason.IN_SCOPE): 2}
 
 
+@pytest.mark.parametrize("env", ["moe_routr", "rmsnorm, moe_routr", "ALL"])
+def test_an_env_kill_switch_naming_no_op_fails_closed_and_says_why(monkeypatch, env: str) -> None:
+    """A typo must not leave the kernel it meant to switch off running: every kernel goes off and
+    the registry's errors (what `harness trace` shows) name the bad entry."""
+    reg, k = Registry(), MarkingKernel()
+    reg.register(OP, CPU_SCOPE, k)
+    monkeypatch.setenv(reg_mod.ENV_DISABLE, env)
+    reg.run(OP, _inputs(1), tp=8)
+    assert k.calls == 0
+    assert reg.counters() == {_key(Outcome.FALLBACK, Reason.DISABLED): 1}
+    bad = [n.strip() for n in env.split(",") if n.strip() not in reference_impls.OP_NAMES]
+    assert reg_mod.ENV_DISABLE in reg.errors() and all(b in reg.errors()[reg_mod.ENV_DISABLE] for b in bad)
+    assert reg_mod.env_disable_problem() == reg.errors()[reg_mod.ENV_DISABLE]
+
+
+def test_an_env_kill_switch_of_real_ops_reports_no_problem(monkeypatch) -> None:
+    monkeypatch.setenv(reg_mod.ENV_DISABLE, " all , moe_router,")
+    assert reg_mod.env_disable_problem() is None
+    reg, k = Registry(), MarkingKernel()
+    reg.register(OP, CPU_SCOPE, k)
+    monkeypatch.setenv(reg_mod.ENV_DISABLE, "rmsnorm")
+    reg.run(OP, _inputs(1), tp=8)
+    assert k.calls == 1 and reg.errors() == {}
+
+
+def test_disable_refuses_a_name_that_is_no_op() -> None:
+    reg = Registry()
+    with pytest.raises(ValueError, match="moe_routr"):
+        reg.disable("moe_routr")
+    assert not reg.is_disabled(OP)
+
+
 def test_raising_kernel_falls_back_with_error():
     reg = Registry()
 

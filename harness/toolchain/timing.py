@@ -28,7 +28,11 @@ from typing import Callable, Sequence
 
 L2_ROTATION_FACTOR = 3.0     # rotated bytes >= 3 x L2: each call's data was evicted since its last use
 MAX_COPIES = 64
-COPY_BENCH_BYTES = 512 * 2**20
+# The copy whose bandwidth the floors divide by. A copy pays a fixed ~14 us (launch, ramp, tail)
+# on top of its bytes, so a small one reads low: on the H200 128 MiB read 3.58 TB/s, 512 MiB 4.03,
+# 2 GiB 4.20 (session 31's bandwidth_probe); 4 GiB sits within ~1% of the asymptote, so a floor
+# over it is a true lower bound rather than a ~4% lenient one.
+COPY_BENCH_BYTES = 4 * 2**30
 
 
 @dataclass(frozen=True)
@@ -124,9 +128,12 @@ def elapsed_us(fn: Callable[[], object], cuda: bool = True) -> float:
 
 
 def measure_bandwidth(n_bytes: int = COPY_BENCH_BYTES, repeats: int = 20) -> float:
-    """Device-to-device copy bandwidth in bytes/s (read + write counted), median of repeats."""
+    """Device-to-device copy bandwidth in bytes/s (read + write counted), median of repeats.
+    The copy is shrunk to fit a quarter of the free device memory (source + destination)."""
     import torch
 
+    free_bytes, _ = torch.cuda.mem_get_info()
+    n_bytes = max(2**20, min(n_bytes, free_bytes // 4)) // 2**20 * 2**20
     src = torch.empty(n_bytes // 4, dtype=torch.float32, device="cuda").fill_(1.0)
     dst = torch.empty_like(src)
     for _ in range(3):

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 from harness.toolchain import timing  # noqa: E402
 
-SIZES_BYTES = (128 << 20, timing.COPY_BENCH_BYTES, 2 << 30)
+SIZES_BYTES = (512 << 20, 2 << 30, timing.COPY_BENCH_BYTES, 8 << 30)
 SMI_FIELDS = "uuid,serial,pci.bus_id,clocks.mem,clocks.sm,clocks.max.mem,clocks.max.sm,temperature.gpu,power.draw"
 
 
