@@ -135,6 +135,35 @@ def test_verified_candidate_goes_through_real_gates_and_is_not_promoted(project)
     assert _git(project, "rev-list", "--count", "--all") == "1"
 
 
+class GpuVerifiedOnPaperStages(VerifiedOnPaperStages):
+    """VerifiedOnPaperStages on a machine that says it has a GPU (the loop's own view only: the
+    gates still find none and report their GPU gates NOT_RUN)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__()
+        self.has_gpu = True
+
+
+def test_a_refused_promote_on_a_gpu_machine_exits_1_with_the_reason(project, run_cli, monkeypatch):
+    """`harness optimize --promote` exited 0 when the promotion was refused. On a machine with a
+    GPU (the gates ran and did not pass, harness.promotion refused) it exits 1, as a failed
+    `harness gate`, with the reason on stderr; --json still prints the whole summary."""
+    import harness.agent.loop as loop
+
+    monkeypatch.setattr(loop, "ToolchainStages", GpuVerifiedOnPaperStages)
+    manifest_before = (project / "kernels_generated" / "promoted.json").read_bytes()
+    with ScriptedLLM([("reply", fenced(tiny_kernel()))]) as srv:
+        code, out, err = run_cli(["optimize", "--op", OP, "--agent", "openai:gpt-4o", "--base-url", srv.url + "/v1",
+                                  "--rounds", "1", "--candidates-per-round", "1", "--promote", "--json"])
+    assert code == 1 and "Traceback" not in out + err, err
+    s = json.loads(out)
+    assert s["gpu_available"] is True and s["gates"]["ran"] is True and s["gates"]["passed"] is False
+    p = s["promoted"]
+    assert p["ok"] is False and p["reason"].startswith(f"refusing to promote {OP}/{s['best']['id']}: ")
+    assert err.splitlines()[-1] == f"harness: error: --promote refused: {p['reason']}"
+    assert (project / "kernels_generated" / "promoted.json").read_bytes() == manifest_before
+
+
 def test_promote_without_a_verified_candidate_is_refused_and_recorded(project):
     """No double: on the CPU nothing is GPU-verified, the gates do not run, --promote says why."""
     manifest_before = (project / "kernels_generated" / "promoted.json").read_bytes()
