@@ -17,7 +17,9 @@
 #   run/                runs/<id>/ (events.jsonl, summary.json, ...)
 #   candidates/<id>/    the folder of every candidate of the run (kernel.py, candidate.json, evidence/)
 #   promote.patch       the promotion commit (git format-patch main..promote/<op>/<id>), if any
-# `harness optimize` exits 1 when it promoted nothing (optimize.json's promoted.reason says why).
+# `harness optimize` exits 1 when it promoted nothing (optimize.json's promoted.reason says why). A
+# best draft it left ungated (gates.reason): copy candidates/<id>/ into kernels_generated/<op>/,
+# commit it, and gate it in a later call with scripts/gpu/gate.sh.
 set -uo pipefail
 OP=${1:-moe_router}
 LIMIT=${2:-300}
