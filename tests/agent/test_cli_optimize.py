@@ -115,3 +115,16 @@ def test_a_run_with_one_kernel_among_failed_requests_exits_0(harness_root, run_c
                                   srv.url + "/v1", "--rounds", "1", "--candidates-per-round", "2", "--json"])
     s = json.loads(out)
     assert code == 0 and s["candidates"] == 1 and s["slots_failed"] == 1, err
+
+
+def test_promote_on_resuming_a_finished_run_exits_1_and_says_nothing_was_gated(harness_root, run_cli):
+    """A finished run resumed with --promote does no more work, so nothing is gated or promoted:
+    exit 1 with that reason, not 0."""
+    shutil.copytree(REPO / "prompts", harness_root / "prompts")
+    code, out, err = run_cli(["optimize", "--op", "moe_router", "--time-limit", "0", "--json"])
+    assert code == 0, err
+    run_id = json.loads(out)["run_id"]
+    code, out, err = run_cli(["optimize", "--op", "moe_router", "--resume", run_id, "--promote", "--json"])
+    assert code == 1 and json.loads(out)["promoted"] is None
+    assert err.splitlines()[-1] == (f"harness: error: --promote: run {run_id} had already finished; "
+                                    "nothing was gated or promoted")
