@@ -199,9 +199,12 @@ def register(app: typer.Typer) -> None:
         except PromotionRefused as exc:
             if json_out:
                 print_json({"op": op, "candidate": cid, "promoted": False, "problems": exc.problems})
-            else:
+            elif len(exc.problems) > 1:
+                # one problem is the error line itself; more get a header and a list, then their count
+                print(f"harness: {op}/{cid} cannot be promoted:", file=sys.stderr)
                 for p in exc.problems:
-                    print(f"harness: {op}/{cid}: {p}")
+                    print(f"  - {p}", file=sys.stderr)
+                raise UserError(f"refusing to promote {op}/{cid}: {len(exc.problems)} problems (listed above)") from None
             raise
         _report(res, json_out)
 

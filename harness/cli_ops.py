@@ -90,6 +90,8 @@ def check_save_path(save: Path) -> None:
 
 
 def register(app: typer.Typer) -> None:
+    from .agent.stages import POINT_CONTEXT
+
     ops_app = typer.Typer(help="The Kimi K3 decode-op catalogue.", invoke_without_command=True)
     app.add_typer(ops_app, name="ops")
 
@@ -168,7 +170,7 @@ def register(app: typer.Typer) -> None:
     def ref(op: str = typer.Argument(..., help="Op name."),
             batch: int = typer.Option(1, "--batch", "-b", help="Decode batch B (1..64)."),
             tp: int = typer.Option(8, "--tp", help="Tensor-parallel degree (8 or 16)."),
-            context: int = typer.Option(0, "--context", help="Context length L (MLA only; default 1024)."),
+            context: int = typer.Option(0, "--context", help=f"Context length L (MLA only; 0 = the op's default, {POINT_CONTEXT})."),
             routing: str = typer.Option("uniform", help="MoE routing profile: uniform, zipf, hot."),
             state_dtype: str = typer.Option("fp32", help="KDA state dtype: fp32 or bf16."),
             shape: str = typer.Option("", help="Named GEMM shape (skinny_gemm), e.g. kda_in_proj."),

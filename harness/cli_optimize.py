@@ -6,8 +6,31 @@ from typing import Optional
 
 import typer
 
-from .errors import UserError
+from .errors import NotRunnable, UserError
 from .output import print_json
+
+
+class RunRefused(UserError):
+    """The run ended without what it was asked for (no kernel drafted, a refused --promote):
+    not a user mistake, exit 1, as a failed gate (`harness gate`) or candidate (`harness check`)."""
+
+    exit_code = 1
+
+
+def _outcome(opt, s: dict) -> UserError | None:
+    """Why the finished run `opt` (summary `s`) is a failure, or None: every drafting slot came
+    back without a kernel (every LLM request failed, or every reply was malformed), or --promote
+    was asked for and nothing was promoted. The latter exits 3 on a machine without a GPU (the
+    gates that decide a promotion need one), 1 on one with a GPU (the gates or the judge refused)."""
+    if s["candidates"] == 0 and s["slots_failed"]:
+        first = next(iter(opt.state.failed_slots.values()), "")
+        return RunRefused(f"no kernel drafted: all {s['slots_failed']} drafting slot(s) failed (first: {first})"[:500])
+    p = s.get("promoted")
+    if not opt.cfg.promote or (p is not None and p.get("ok")):
+        return None
+    if p is None:                 # resumed after its end: no gates ran again, nothing was promoted
+        return RunRefused(f"--promote: run {s['run_id']} had already finished; nothing was gated or promoted")
+    return (RunRefused if s["gpu_available"] else NotRunnable)(f"--promote refused: {p.get('reason')}")
 
 
 def _check_base_url(url: str) -> None:
@@ -94,3 +117,6 @@ def register(app: typer.Typer) -> None:
             print_json(s)
         else:
             print_summary(s)
+        failed = _outcome(opt, s)
+        if failed is not None:
+            raise failed

@@ -121,3 +121,20 @@ def test_save_under_a_file_is_one_line_exit_2(tmp_path: Path, run_cli) -> None:
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("harness: error:") and "not a folder" in lines[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plain"]
+
+
+def test_ref_context_help_says_what_its_default_0_means(tmp_path: Path, run_cli) -> None:
+    """`--context` shows [default: 0]; its help said "default 1024". 0 means the op's default
+    context (harness.agent.stages.POINT_CONTEXT): the help says so, and a run without
+    --context saves that context."""
+    import typer.main
+
+    from harness.agent.stages import POINT_CONTEXT
+    from harness.cli import app
+
+    (opt,) = [p for p in typer.main.get_command(app).commands["ref"].params if p.name == "context"]
+    assert opt.default == 0 and f"0 = the op's default, {POINT_CONTEXT}" in opt.help, opt.help
+    f = tmp_path / "mla.pt"
+    code, _, err = run_cli(["ref", "mla_decode", "--batch", "1", "--save", str(f)])
+    assert code == 0, err
+    assert torch.load(f)["point"]["context"] == POINT_CONTEXT

@@ -310,11 +310,11 @@ class Optimizer:
                 self._emit(EventKind.GATES, "gates skipped", candidate=best.id, ran=False, reason="disabled")
             elif (slower := _below_the_perf_bar(best)) is not None:
                 # the perf gate would refuse it: no GPU minutes spent on gates it will not pass
-                why = f"{slower}; gate it anyway: harness gate {self.cfg.op} {best.id}"
+                why = f"{slower}; gate it anyway: {gate_by_hand(self.cfg.op, best.id)}"
                 self._emit(EventKind.GATES, f"gates not run: {why}", candidate=best.id, ran=False, reason=why)
             elif (spent := self.budget.exhausted()) is not None:
                 # the full gates take minutes on a GPU: never started past --time-limit (or a spent budget)
-                why = f"{spent.value}; gate it later: harness gate {self.cfg.op} {best.id}"
+                why = f"{spent.value}; gate it later: {gate_by_hand(self.cfg.op, best.id)}"
                 self._emit(EventKind.GATES, f"gates not run: {why}", candidate=best.id, ran=False, reason=why)
             else:
                 self.listener(f"running the full gates for {best.id}", self.state)
@@ -402,6 +402,15 @@ def promoted_proposal(op: str, families) -> tuple[Any, str] | None:
     if fam is None or not isinstance(tpl.get("params"), dict) or not fam.feasible(tpl["params"]):
         return None
     return Proposal(fam.name, dict(fam.complete(tpl["params"]))), inc.id
+
+
+def gate_by_hand(op: str, cid: str) -> str:
+    """The command that gates the run's best draft when the loop did not. `harness gate` judges
+    isolation on the working tree, where the run's other drafts lie untracked beside this one and
+    each fails it ("change outside the candidate folder"); the loop's own gating judges HEAD plus
+    this folder alone (gating.isolation_as_pr). A run on the lent H200 (scripts/gpu/optimize_promote.sh)
+    ends with the machine: land the draft, commit it and gate it with scripts/gpu/gate.sh instead."""
+    return f"harness gate {op} {cid}, with the run's other untracked drafts moved out of kernels_generated/{op}/"
 
 
 def _below_the_perf_bar(best: CandidateRecord) -> str | None:

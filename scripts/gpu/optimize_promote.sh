@@ -17,6 +17,9 @@
 #   run/                runs/<id>/ (events.jsonl, summary.json, ...)
 #   candidates/<id>/    the folder of every candidate of the run (kernel.py, candidate.json, evidence/)
 #   promote.patch       the promotion commit (git format-patch main..promote/<op>/<id>), if any
+# `harness optimize` exits 1 when it promoted nothing (optimize.json's promoted.reason says why). A
+# best draft it left ungated (gates.reason): copy candidates/<id>/ into kernels_generated/<op>/,
+# commit it, and gate it in a later call with scripts/gpu/gate.sh.
 set -uo pipefail
 OP=${1:-moe_router}
 LIMIT=${2:-300}
@@ -31,7 +34,7 @@ before=$(ls "kernels_generated/$OP")
 t0=$(date +%s)
 timeout -s INT -k 20 "$HARD_S" python3 -m harness.cli optimize --op "$OP" --promote --time-limit "$LIMIT" --json "$@" \
   >"$OUT/optimize.json" 2>>"$OUT/optimize.log"
-echo "== optimize exit $? after $(( $(date +%s) - t0 )) s (124: interrupted at HARD_S=$HARD_S)" >>"$OUT/optimize.log"
+echo "== optimize exit $? after $(( $(date +%s) - t0 )) s (1: nothing promoted; 124: interrupted at HARD_S=$HARD_S)" >>"$OUT/optimize.log"
 run=$(ls -td runs/*/ 2>/dev/null | head -1)
 [ -n "$run" ] && cp -r "$run" "$OUT/run"
 mkdir -p "$OUT/candidates"

@@ -135,6 +135,35 @@ def test_verified_candidate_goes_through_real_gates_and_is_not_promoted(project)
     assert _git(project, "rev-list", "--count", "--all") == "1"
 
 
+class GpuVerifiedOnPaperStages(VerifiedOnPaperStages):
+    """VerifiedOnPaperStages on a machine that says it has a GPU (the loop's own view only: the
+    gates still find none and report their GPU gates NOT_RUN)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__()
+        self.has_gpu = True
+
+
+def test_a_refused_promote_on_a_gpu_machine_exits_1_with_the_reason(project, run_cli, monkeypatch):
+    """`harness optimize --promote` exited 0 when the promotion was refused. On a machine with a
+    GPU (the gates ran and did not pass, harness.promotion refused) it exits 1, as a failed
+    `harness gate`, with the reason on stderr; --json still prints the whole summary."""
+    import harness.agent.loop as loop
+
+    monkeypatch.setattr(loop, "ToolchainStages", GpuVerifiedOnPaperStages)
+    manifest_before = (project / "kernels_generated" / "promoted.json").read_bytes()
+    with ScriptedLLM([("reply", fenced(tiny_kernel()))]) as srv:
+        code, out, err = run_cli(["optimize", "--op", OP, "--agent", "openai:gpt-4o", "--base-url", srv.url + "/v1",
+                                  "--rounds", "1", "--candidates-per-round", "1", "--promote", "--json"])
+    assert code == 1 and "Traceback" not in out + err, err
+    s = json.loads(out)
+    assert s["gpu_available"] is True and s["gates"]["ran"] is True and s["gates"]["passed"] is False
+    p = s["promoted"]
+    assert p["ok"] is False and p["reason"].startswith(f"refusing to promote {OP}/{s['best']['id']}: ")
+    assert err.splitlines()[-1] == f"harness: error: --promote refused: {p['reason']}"
+    assert (project / "kernels_generated" / "promoted.json").read_bytes() == manifest_before
+
+
 def test_promote_without_a_verified_candidate_is_refused_and_recorded(project):
     """No double: on the CPU nothing is GPU-verified, the gates do not run, --promote says why."""
     manifest_before = (project / "kernels_generated" / "promoted.json").read_bytes()
@@ -185,9 +214,42 @@ def test_gates_are_not_started_past_the_time_limit(project):
     summary = json.loads((opt.log.folder / "summary.json").read_text())
     g = summary["gates"]
     assert g["ran"] is False and g["candidate"] == cid
-    assert g["reason"] == f"time limit reached; gate it later: harness gate {OP} {cid}"
+    assert g["reason"] == (f"time limit reached; gate it later: harness gate {OP} {cid}, with the run's other "
+                           f"untracked drafts moved out of kernels_generated/{OP}/")
     assert summary["promoted"]["ok"] is False and summary["promoted"]["reason"].startswith("gates not run: time limit")
     assert not (project / "kernels_generated" / OP / cid / "evidence").exists()
+
+
+def test_the_gate_command_a_skipped_run_names_passes_isolation_when_followed(project, run_cli):
+    """The `harness gate` command that `gates.reason` names judges isolation on the working tree,
+    where the run's other drafts lie untracked beside the best one: run as is, it fails isolation
+    ("change outside the candidate folder"). The reason says to move them out first; done so, the
+    command passes isolation."""
+    import harness.agent.gating as gating
+
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=1, candidates_per_round=2, archs=["sm_90a"],
+                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1, time_limit_s=1.0)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(gating, "run_full_gates", lambda *a, **kw: pytest.fail("gates started past the time limit"))
+    try:
+        with ScriptedLLM([("reply", fenced(tiny_kernel())), ("reply", fenced("# two\n" + tiny_kernel()))]) as srv:
+            cfg.base_url = srv.url + "/v1"
+            st = start(cfg, run_id="t-by-hand", stages=SlowVerifiedStages()).run()
+    finally:
+        mp.undo()
+    best, other = st.ranked()[0].id, next(c for c in st.records if c != st.ranked()[0].id)
+    reason = st.gates["reason"]
+    assert st.gates["ran"] is False and st.gates["candidate"] == best
+    cmd = reason.split("gate it later: ", 1)[1]
+    assert cmd.startswith(f"harness gate {OP} {best}, ") and "other untracked drafts moved out of" in cmd, reason
+    argv = cmd.split(",")[0].split()[1:] + ["--only", "isolation", "--no-write"]
+    code, out, _ = run_cli(argv)                                    # the sibling draft fails it
+    assert code == 1 and f"change outside the candidate folder: kernels_generated/{OP}/{other}/" in out, out
+    parked = project.parent / "parked"
+    parked.mkdir()
+    shutil.move(str(project / "kernels_generated" / OP / other), str(parked / other))
+    code, out, err = run_cli(argv)
+    assert code == 0 and "PASS" in out, out + err
 
 
 def _candidate_folder(root: Path, cid: str) -> None:

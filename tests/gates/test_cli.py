@@ -52,6 +52,26 @@ def test_promote_refuses_cpu_only_evidence(repo, run_cli):
     assert not (root / "kernels_generated" / "promoted.json").exists()
 
 
+def test_promote_refusal_lists_many_problems_under_a_header_and_counts_them(repo, run_cli):
+    """The refusal printed each problem on stdout as `harness: OP/ID: problem`, then repeated the
+    first on stderr with "(and N more problems)". Now, on stderr: a header, one indented line per
+    problem, and the count as the error line; a single problem is the error line alone."""
+    root, cid = repo
+    code, out, _ = run_cli(["promote", OP, cid, "--no-commit", "--json"])
+    problems = json.loads(out)["problems"]
+    assert code == 2 and len(problems) == 6                              # no evidence for any gate
+    code, out, err = run_cli(["promote", OP, cid, "--no-commit"])
+    assert code == 2 and out == "" and "Traceback" not in err
+    assert err.splitlines() == [f"harness: {OP}/{cid} cannot be promoted:", *[f"  - {p}" for p in problems],
+                                f"harness: error: refusing to promote {OP}/{cid}: 6 problems (listed above)"]
+    _gate(root, cid, skip="perf_sweep")                                 # every gate but one
+    code, out, err = run_cli(["promote", OP, cid, "--no-commit"])
+    assert code == 2 and out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"harness: error: refusing to promote {OP}/{cid}: gate perf_sweep: no evidence"), err
+    assert not (root / "kernels_generated" / "promoted.json").exists()
+
+
 def test_promote_ci_verify_demote_round_trip(repo, run_cli):
     root, cid = repo
     _gate(root, cid)
