@@ -41,21 +41,43 @@ def _compile_rows(reps) -> list[dict]:
              "spill_bytes": r.spill_bytes, "ld128_share": r.global_load_128b_share, "message": r.message} for r in reps]
 
 
+def _static_axes(op: str) -> tuple[bool, bool]:
+    """(several state dtypes, named shapes): the static axes beyond TP that the op's compiles and
+    points vary over (kda_decode: fp32 / bf16 state; skinny_gemm, gemm_situ_and_mul, attn_res:
+    named shapes). A table gets a column for an axis only when its op has it."""
+    import reference_impls
+
+    try:
+        defn = reference_impls.get(op)
+    except ValueError:                   # an unknown op name (a fake in a test): no extra columns
+        return False, False
+    return len(defn.state_dtypes) > 1, bool(defn.extra.get("shape_names"))
+
+
+def _static_label(static: dict) -> str:
+    """A compile's static key beyond TP, for a one-line message ("" when it has none)."""
+    return "".join(f" {v}" for v in (static.get("state_dtype"), static.get("shape")) if v)
+
+
 def _print_compiles(reps) -> None:
     from rich.table import Table
 
+    has_state, has_shape = _static_axes(reps[0].op) if reps else (False, False)
     t = Table(title="compile (vector widths from PTX: SASS needs nvdisasm, absent here)")
-    for col in ("arch", "TP", "verdict", "compile s", "wall s", "cache", "regs", "spill B", "128-bit loads"):
+    cols = ["arch", "TP"] + (["state dtype"] if has_state else []) + (["shape"] if has_shape else [])
+    for col in cols + ["verdict", "compile s", "wall s", "cache", "regs", "spill B", "128-bit loads"]:
         t.add_column(col)
     for r in reps:
         share = "-" if r.global_load_128b_share is None else f"{r.global_load_128b_share:.0%}"
-        t.add_row(r.arch, str(r.tp), r.verdict.value, f"{r.compile_s:.2f}", f"{r.wall_s:.3f}",
+        static = ([r.static.get("state_dtype") or "-"] if has_state else []) + \
+                 ([r.static.get("shape") or "(default)"] if has_shape else [])
+        t.add_row(r.arch, str(r.tp), *static, r.verdict.value, f"{r.compile_s:.2f}", f"{r.wall_s:.3f}",
                   "hit" if r.cache_hit else "miss", str(r.max_registers or "-"), str(r.spill_bytes), share)
     c = console()
     c.print(t)
     for r in reps:
         if not r.ok:
-            c.print(f"[red]{r.arch} TP{r.tp}: {r.message}[/red]")
+            c.print(f"[red]{r.arch} TP{r.tp}{_static_label(r.static)}: {r.message}[/red]")
             if r.diagnostics:
                 c.print(r.diagnostics, markup=False, highlight=False)
 
@@ -151,7 +173,8 @@ def register(app: typer.Typer) -> None:
             _print_compiles(reps)
         bad = [r for r in reps if not r.ok]
         if bad:
-            raise CandidateFailed(f"{bad[0].verdict.value} on {bad[0].arch} TP{bad[0].tp}: {bad[0].message}")
+            raise CandidateFailed(f"{bad[0].verdict.value} on {bad[0].arch} TP{bad[0].tp}{_static_label(bad[0].static)}: "
+                                  f"{bad[0].message}")
 
     @app.command("eval")
     def eval_cmd(op: str = typer.Argument(..., help="Op name."),
@@ -218,6 +241,8 @@ def register(app: typer.Typer) -> None:
 def _print_eval(rep) -> None:
     from rich.table import Table
 
+    from .opdef import Point
+
     c = console()
     c.print(f"[bold]{rep.op} {rep.candidate_id}[/bold]: static {'ok' if rep.static.ok else 'REJECTED'}")
     if rep.compiles:
@@ -229,16 +254,20 @@ def _print_eval(rep) -> None:
     c.print(f"GPU {rep.gpu} ({rep.arch}){bw}")
     t = Table(title="correctness and timing (CUDA-graph replay, inputs rotated past L2, A B B A)")
     vs = rep.incumbent_id
-    cols = ["point", "verdict", "sets", "kernel us", "spread %", "ref us", "compiled ref us"]
+    has_state, has_shape = _static_axes(rep.op)
+    cols = ["point"] + (["state dtype"] if has_state else []) + (["shape"] if has_shape else [])
+    cols += ["verdict", "sets", "kernel us", "spread %", "ref us", "compiled ref us"]
     cols += [f"{vs} us", f"x {vs}"] if vs else []
     for col in cols + ["x ref", "x compiled", "roofline"]:
         t.add_column(col)
     for p in rep.points:
         k = p.timing_us.get("kernel", {})
         f = lambda impl: f"{p.timing_us[impl]['median_us']:.2f}" if impl in p.timing_us else "-"  # noqa: E731
-        label = p.label + (f" {p.state_dtype}" if p.state_dtype != "fp32" else "")
+        # the point column names batch, TP (and context); state dtype and shape get their own
+        label = Point(batch=p.batch, tp=p.tp, context=p.context).label() if has_shape else p.label
+        static = ([p.state_dtype] if has_state else []) + ([p.shape or "(default)"] if has_shape else [])
         inc = [f("incumbent"), f"{p.speedup_vs_incumbent:.2f}" if p.speedup_vs_incumbent else "-"] if vs else []
-        t.add_row(label, p.verdict.value, str(p.n_input_sets), f("kernel"),
+        t.add_row(label, *static, p.verdict.value, str(p.n_input_sets), f("kernel"),
                   f"{k['spread_pct']:.1f}" if k else "-", f("reference"), f("compiled_reference"), *inc,
                   f"{p.speedup_vs_reference:.2f}" if p.speedup_vs_reference else "-",
                   f"{p.speedup_vs_compiled_reference:.2f}" if p.speedup_vs_compiled_reference else "-",

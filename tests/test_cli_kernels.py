@@ -50,3 +50,92 @@ def test_an_empty_candidate_id_is_named_as_such(verb: str, run_cli, no_work) -> 
     assert code == 2 and "Traceback" not in out + err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "empty candidate id" in lines[0], err
+
+
+# ---- the tables name each row's state dtype / GEMM shape where the op has them ----------------------
+def _compile_rep(op: str, arch: str, tp: int, static: dict):
+    from harness.toolchain.compile import CompileReport
+    from harness.toolchain.verdict import Verdict
+
+    return CompileReport(op=op, candidate_id="c0ffee", arch=arch, tp=tp, static=static, verdict=Verdict.OK,
+                         message="compiled", compile_s=1.0, max_registers=96)
+
+
+def _table_rows(out: str) -> list[list[str]]:
+    """The cells of each row of the rich tables in `out` (header rows included)."""
+    return [[c.strip() for c in ln.strip().strip("│┃").split("│" if "│" in ln else "┃")]
+            for ln in out.splitlines() if ln.strip().startswith(("│", "┃"))]
+
+
+@pytest.mark.parametrize("op,key,values,column", [
+    ("kda_decode", "state_dtype", ["fp32", "bf16"], "state dtype"),
+    ("skinny_gemm", "shape", ["latent_down", "latent_up", "mla_qkv_a"], "shape"),
+    ("gemm_situ_and_mul", "shape", ["shared_gate_up", "dense_gate_up"], "shape"),
+])
+def test_compile_table_names_each_rows_static_key(op, key, values, column, run_cli, monkeypatch) -> None:
+    reps = [_compile_rep(op, a, 8, {key: v}) for a in ("sm_90a", "sm_103a") for v in values]
+    monkeypatch.setattr(toolchain, "compile_matrix", lambda *a, **kw: reps)
+    code, out, err = run_cli(["compile", op, _promoted(op)])
+    assert code == 0, err
+    rows = _table_rows(out)
+    assert rows[0][:3] == ["arch", "TP", column], rows[0]
+    assert [r[:3] for r in rows[1:]] == [[a, "8", v] for a in ("sm_90a", "sm_103a") for v in values]
+    assert len({tuple(r[:3]) for r in rows[1:]}) == len(reps)          # no row looks like another
+    code, out, _ = run_cli(["compile", op, _promoted(op), "--json"])    # the JSON carried it already
+    assert [c["static"][key] for c in json.loads(out)["compiles"]] == [r.static[key] for r in reps]
+
+
+def test_compile_table_of_an_op_without_static_keys_is_unchanged(run_cli, monkeypatch) -> None:
+    reps = [_compile_rep(OP, a, tp, {}) for a in ("sm_90a", "sm_103a") for tp in (8, 16)]
+    monkeypatch.setattr(toolchain, "compile_matrix", lambda *a, **kw: reps)
+    code, out, err = run_cli(["compile", OP, _promoted(OP)])
+    assert code == 0, err
+    assert _table_rows(out)[0] == ["arch", "TP", "verdict", "compile s", "wall s", "cache", "regs", "spill B",
+                                   "128-bit loads"]
+
+
+def _eval_report(op: str, points: list[dict]):
+    from harness.toolchain.evaluate import EvalReport, PointResult
+    from harness.toolchain.static_check import StaticReport
+    from harness.toolchain.verdict import Verdict
+
+    pts = [PointResult(label="", batch=p["batch"], tp=8, verdict=Verdict.OK, message="", n_input_sets=10,
+                       timing_us={"kernel": {"median_us": 2.0, "spread_pct": 1.0}, "reference": {"median_us": 8.0}},
+                       speedup_vs_reference=4.0, state_dtype=p.get("state_dtype", "fp32"), shape=p.get("shape", ""))
+           for p in points]
+    for pr in pts:
+        pr.label = pr.point().label()                   # as the worker writes it (opdef.Point.label)
+    return EvalReport(op, "c0ffee", Verdict.OK, f"{len(pts)} points correct", StaticReport(True, []),
+                      gpu_run=True, gpu="H200", arch="sm_90a", points=pts)
+
+
+def test_eval_table_has_a_state_dtype_column_for_kda(run_cli, monkeypatch) -> None:
+    pts = [{"batch": b, "state_dtype": s} for b in (1, 64) for s in ("fp32", "bf16")]
+    monkeypatch.setattr(toolchain, "evaluate_candidate", lambda *a, **kw: _eval_report("kda_decode", pts))
+    code, out, err = run_cli(["eval", "kda_decode", _promoted("kda_decode"), "--batch", "1,64",
+                              "--state-dtype", "fp32,bf16"])
+    assert code == 0, err
+    rows = [r for r in _table_rows(out) if r[0] == "point" or r[0].startswith("B=")]
+    assert rows[0][:3] == ["point", "state dtype", "verdict"], rows[0]
+    assert [r[:2] for r in rows[1:]] == [["B=1 TP8", "fp32"], ["B=1 TP8", "bf16"], ["B=64 TP8", "fp32"],
+                                         ["B=64 TP8", "bf16"]]
+
+
+def test_eval_table_has_a_shape_column_for_the_gemms(run_cli, monkeypatch) -> None:
+    pts = [{"batch": 1, "shape": s} for s in ("latent_down", "mla_qkv_a")] + [{"batch": 8}]
+    monkeypatch.setattr(toolchain, "evaluate_candidate", lambda *a, **kw: _eval_report("skinny_gemm", pts))
+    code, out, err = run_cli(["eval", "skinny_gemm", _promoted("skinny_gemm"), "--batch", "1"])
+    assert code == 0, err
+    rows = [r for r in _table_rows(out) if r[0] == "point" or r[0].startswith("B=")]
+    assert rows[0][:3] == ["point", "shape", "verdict"], rows[0]
+    assert [r[:2] for r in rows[1:]] == [["B=1 TP8", "latent_down"], ["B=1 TP8", "mla_qkv_a"],
+                                         ["B=8 TP8", "(default)"]]
+
+
+def test_eval_table_of_an_op_without_static_keys_is_unchanged(run_cli, monkeypatch) -> None:
+    monkeypatch.setattr(toolchain, "evaluate_candidate", lambda *a, **kw: _eval_report(OP, [{"batch": 1}]))
+    code, out, err = run_cli(["eval", OP, _promoted(OP), "--batch", "1"])
+    assert code == 0, err
+    rows = [r for r in _table_rows(out) if r[0] == "point" or r[0].startswith("B=")]
+    assert rows[0][:3] == ["point", "verdict", "sets"] and rows[1][:2] == ["B=1 TP8", "OK"]
+
