@@ -192,12 +192,14 @@ def register(app: typer.Typer) -> None:
                  incumbent: Optional[str] = typer.Option(None, "--vs", help="Another candidate to time against (A B B A)."),
                  timeout_s: float = typer.Option(600.0, "--timeout-s", help="Deadline of the GPU worker."),
                  json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-        """Static checks, compile for every arch, then on a GPU correctness and timing vs the
-        reference and torch.compile(reference). Exit 0 OK, 1 failed, 3 GPU stages not run."""
+        """Static checks, compile for every arch at the points' TPs, state dtypes and shapes (only
+        those), then on a GPU correctness and timing vs the reference and torch.compile(reference).
+        Exit 0 OK, 1 failed, 3 GPU stages not run."""
         from rich.progress import Progress
 
         from .cli_ops import _point
         from .toolchain import evaluate_candidate
+        from .toolchain.evaluate import compile_plan
         from .toolchain.verdict import Verdict
 
         import reference_impls
@@ -215,7 +217,8 @@ def register(app: typer.Typer) -> None:
             raise UserError("no points: give --batch and --tp")
         inc = _cand(op, incumbent) if incumbent else None
         with Progress(transient=True, disable=json_out) as prog:
-            task = prog.add_task("static checks", total=2 + len(cand.scope.archs) * 1)
+            # static checks, a compile per arch x TP x static key of the points (not the whole scope), the GPU run
+            task = prog.add_task("static checks", total=2 + len(compile_plan(cand, points)))
 
             def on_stage(name, payload):
                 if name == "compile":

@@ -139,3 +139,47 @@ def test_eval_table_of_an_op_without_static_keys_is_unchanged(run_cli, monkeypat
     rows = [r for r in _table_rows(out) if r[0] == "point" or r[0].startswith("B=")]
     assert rows[0][:3] == ["point", "verdict", "sets"] and rows[1][:2] == ["B=1 TP8", "OK"]
 
+
+# ---- `harness eval` compiles the points it evaluates, not the whole scope -----------------------------
+@pytest.fixture
+def compiled(monkeypatch) -> list[tuple]:
+    """Records each (arch, TP, static key) compile instead of running it (no GPU: eval stops after)."""
+    import harness.toolchain.compile as tc
+    import harness.toolchain.evaluate as ev
+
+    seen: list[tuple] = []
+
+    def fake_compile_many(cand, combos, **kw):
+        seen.extend((a, tp, tuple(sorted(st.items()))) for a, tp, st in combos)
+        return [_compile_rep(cand.op, a, tp, st) for a, tp, st in combos]
+    monkeypatch.setattr(tc, "compile_many", fake_compile_many)       # under compile_matrix
+    monkeypatch.setattr(ev, "compile_many", fake_compile_many, raising=False)
+    monkeypatch.setattr(ev, "gpu_available", lambda: False)
+    return seen
+
+
+def test_eval_of_one_shape_compiles_only_that_shape(run_cli, compiled) -> None:
+    code, _, err = run_cli(["eval", "skinny_gemm", _promoted("skinny_gemm"), "--shape", "mla_qkv_a", "--batch", "1,8"])
+    assert code == 3, err                                          # no GPU here: compiled, NOT_RUN
+    assert compiled == [(a, 8, (("shape", "mla_qkv_a"),)) for a in ("sm_90a", "sm_103a")]
+
+
+def test_eval_of_one_state_dtype_compiles_only_that_state_dtype(run_cli, compiled) -> None:
+    code, _, err = run_cli(["eval", "kda_decode", _promoted("kda_decode"), "--state-dtype", "bf16", "--tp", "8,16"])
+    assert code == 3, err
+    assert compiled == [(a, tp, (("state_dtype", "bf16"),)) for a in ("sm_90a", "sm_103a") for tp in (8, 16)]
+
+
+def test_compile_plan_follows_the_points() -> None:
+    from harness.opdef import Point
+    from harness.toolchain import load_candidate
+    from harness.toolchain.evaluate import compile_plan
+
+    kda = load_candidate("kda_decode", _promoted("kda_decode"))
+    pts = [Point(batch=b, tp=tp, state_dtype=s) for tp in (16, 8) for b in (1, 64) for s in ("bf16", "fp32")]
+    assert compile_plan(kda, pts, ["sm_90a"]) == [("sm_90a", 8, {"state_dtype": "bf16"}),
+                                                  ("sm_90a", 8, {"state_dtype": "fp32"}),
+                                                  ("sm_90a", 16, {"state_dtype": "bf16"}),
+                                                  ("sm_90a", 16, {"state_dtype": "fp32"})]
+    # without points: the scope's whole matrix, as compile_matrix builds it
+    assert len(compile_plan(kda, [])) == len(kda.scope.archs) * len(kda.scope.tp) * 2

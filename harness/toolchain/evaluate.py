@@ -15,7 +15,8 @@ from typing import Any, Callable
 
 from ..opdef import Point
 from .candidate import Candidate
-from .compile import COMPILE_OPTIONS, CompileReport, compile_matrix, static_for_point
+from ..hardware import TARGET_ARCHS
+from .compile import COMPILE_OPTIONS, CompileReport, compile_many, static_for_point
 from .sandbox import run_job
 from .static_check import StaticReport, check_candidate
 from .timing import roofline_fraction
@@ -84,6 +85,37 @@ def _point_json(defn, pt: Point) -> dict[str, Any]:
             "state_dtype": pt.state_dtype, "shape": pt.shape, "static": static_for_point(defn, pt)}
 
 
+def compile_plan(cand: Candidate, points: list[Point], archs: list[str] | None = None) -> list[tuple[str, int, dict[str, Any]]]:
+    """The (arch, TP, static key) compiles an evaluation at `points` needs: every arch (default:
+    the scope's) x each distinct TP and static key (state dtype, named shape) of the points, the
+    builds the GPU worker makes, and no other. `harness eval kda_decode ID --state-dtype bf16` or
+    `harness eval skinny_gemm ID --shape mla_qkv_a` so compiles one static key, not the whole
+    scope (`harness compile` and the scope gate build that). Without points: the scope's matrix."""
+    import reference_impls
+
+    from ..errors import UserError
+    from ..opdef import unsupported_tp
+
+    defn = reference_impls.get(cand.op)
+    archs = list(archs or cand.scope.archs)
+    for a in archs:
+        if a not in TARGET_ARCHS:
+            raise UserError(f"unknown arch '{a}' (choose from {', '.join(TARGET_ARCHS)})")
+    if not points:
+        from .compile import static_keys
+
+        return [(a, tp, st) for a in archs for tp in cand.scope.tp for st in static_keys(defn, cand)]
+    keys: list[tuple[int, dict[str, Any]]] = []
+    for p in points:
+        if (key := (p.tp, static_for_point(defn, p))) not in keys:
+            keys.append(key)
+    for tp in sorted({tp for tp, _ in keys}):
+        if why := unsupported_tp(tp):
+            raise UserError(why)
+    keys.sort(key=lambda k: k[0])        # by TP (stable: the points' order of static keys within one)
+    return [(a, tp, st) for a in archs for tp, st in keys]
+
+
 def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str] | None = None,
                        n_input_sets: int = 10, time_it: bool = True, vs_compiled_ref: bool = True,
                        incumbent: Candidate | None = None, run_gpu: bool | None = None,
@@ -93,7 +125,7 @@ def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str]
     """The whole pipeline for one candidate at `points`.
 
     Stages: static checks (STATIC_REJECT) -> compile for `archs` (default: the scope's) x
-    the points' TPs (COMPILE_ERROR/CRASH/TIMEOUT) -> on a GPU (run_gpu None = autodetect),
+    the points' TPs and static keys, compile_plan (COMPILE_ERROR/CRASH/TIMEOUT) -> on a GPU (run_gpu None = autodetect),
     one sandboxed worker: compile for the device, correctness at every point with
     n_input_sets fresh inputs (WRONG/CUDA_ERROR/CRASH/TIMEOUT), and when time_it, timing of
     kernel vs reference (vs torch.compile'd reference, vs `incumbent`) interleaved A B B A.
@@ -110,9 +142,8 @@ def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str]
         rep.verdict, rep.message = Verdict.STATIC_REJECT, static.summary()
         rep.wall_s = time.perf_counter() - t0
         return rep
-    tps = sorted({p.tp for p in points}) or list(cand.scope.tp)
-    rep.compiles = compile_matrix(cand, archs, tps, timeout_s=compile_timeout_s, use_cache=use_cache,
-                                  cache_root=cache_root, on_done=lambda r: note("compile", r))
+    rep.compiles = compile_many(cand, compile_plan(cand, points, archs), timeout_s=compile_timeout_s,
+                                use_cache=use_cache, cache_root=cache_root, on_done=lambda r: note("compile", r))
     bad = [c for c in rep.compiles if not c.ok]
     if bad:
         rep.verdict, rep.message = bad[0].verdict, f"{bad[0].arch} TP{bad[0].tp}: {bad[0].message}"

@@ -162,7 +162,7 @@ def test_the_worker_is_told_where_the_incumbent_may_run(monkeypatch):
         return SandboxResult(Verdict.OK, {"points": []}, "ok", 0, None, False, 0.0)
 
     monkeypatch.setattr(ev, "run_job", fake_run_job)
-    monkeypatch.setattr(ev, "compile_matrix", lambda *a, **kw: [])
+    monkeypatch.setattr(ev, "compile_many", lambda *a, **kw: [])
     skinny = load_candidate("skinny_gemm", _promoted("skinny_gemm"))
     pts = [Point(batch=1, tp=8, shape=skinny.scope.shapes[0]), Point(batch=1, tp=8, shape="kda_in_proj")]
     assert "kda_in_proj" not in skinny.scope.shapes
