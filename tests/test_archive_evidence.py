@@ -2,24 +2,17 @@
 that decompress to the same bytes; a promoted candidate's records stay."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import lzma
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from gpu_scripts import tool_script
 
 
 @pytest.fixture(scope="module")
 def ae():
-    spec = importlib.util.spec_from_file_location("archive_evidence", ROOT / "scripts/archive_evidence.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["archive_evidence"] = mod                     # its dataclass looks its module up
-    spec.loader.exec_module(mod)
-    return mod
+    return tool_script("archive_evidence")
 
 
 def _repo(tmp_path: Path) -> Path:

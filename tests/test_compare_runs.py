@@ -1,24 +1,16 @@
 """scripts/compare_runs.py: the new / old time ratios of two bench_kernels.py runs, point by point."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import lzma
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
+from gpu_scripts import tool_script
 
 
 @pytest.fixture(scope="module")
 def cr():
-    spec = importlib.util.spec_from_file_location("compare_runs", ROOT / "scripts/compare_runs.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["compare_runs"] = mod                  # its dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return tool_script("compare_runs")
 
 
 def _row(tp: int, batch: int, floor_us: float, **times_us: float) -> dict:
