@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..opdef import Point
 from .candidate import Candidate
 from ..hardware import TARGET_ARCHS
-from .compile import COMPILE_OPTIONS, CompileReport, compile_many, static_for_point
+from .compile import COMPILE_OPTIONS, CompileReport, compile_many, static_for_point, static_keys
 from .sandbox import run_job
 from .static_check import StaticReport, check_candidate
 from .timing import roofline_fraction
@@ -97,22 +97,20 @@ def compile_plan(cand: Candidate, points: list[Point], archs: list[str] | None =
     from ..opdef import unsupported_tp
 
     defn = reference_impls.get(cand.op)
-    archs = list(archs or cand.scope.archs)
-    for a in archs:
-        if a not in TARGET_ARCHS:
-            raise UserError(f"unknown arch '{a}' (choose from {', '.join(TARGET_ARCHS)})")
-    if not points:
-        from .compile import static_keys
-
-        return [(a, tp, st) for a in archs for tp in cand.scope.tp for st in static_keys(defn, cand)]
     keys: list[tuple[int, dict[str, Any]]] = []
     for p in points:
         if (key := (p.tp, static_for_point(defn, p))) not in keys:
             keys.append(key)
+    keys.sort(key=lambda k: k[0])        # by TP (stable: the points' order of static keys within one)
+    keys = keys or [(tp, st) for tp in cand.scope.tp for st in static_keys(defn, cand)]
+    # compile_matrix's (pinned) refusals, for the plan it does not build
+    archs = list(archs or cand.scope.archs)
+    for a in archs:
+        if a not in TARGET_ARCHS:
+            raise UserError(f"unknown arch '{a}' (choose from {', '.join(TARGET_ARCHS)})")
     for tp in sorted({tp for tp, _ in keys}):
         if why := unsupported_tp(tp):
             raise UserError(why)
-    keys.sort(key=lambda k: k[0])        # by TP (stable: the points' order of static keys within one)
     return [(a, tp, st) for a in archs for tp, st in keys]
 
 
