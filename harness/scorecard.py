@@ -136,7 +136,8 @@ class OpCard:
 
 
 # ---- reading ---------------------------------------------------------------------------------------
-def _load(path: Path) -> dict | None:
+def load_result(path: Path) -> dict | None:
+    """A results JSON object (plain or .xz), or None when it is unreadable or no object."""
     try:
         raw = lzma.open(path).read() if path.suffix == ".xz" else path.read_bytes()
         data = json.loads(raw)
@@ -145,7 +146,7 @@ def _load(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _is_bench(d: dict) -> bool:                 # scripts/gpu/bench_kernels.py
+def is_bench_run(d: dict) -> bool:                 # scripts/gpu/bench_kernels.py
     return isinstance(d.get("ops"), dict)
 
 
@@ -179,7 +180,7 @@ def json_files(results: Path, root: Path) -> list[tuple[Path, dict]]:
     runs with one, each group oldest commit first (then by path)."""
     order = _commit_order(root)
     found = [(p, d) for p in sorted(results.rglob("*.json*")) if p.suffix in (".json", ".xz")
-             if (d := _load(p)) is not None]
+             if (d := load_result(p)) is not None]
     # studies (bench_kernels.py --no-launch-floor) first: a study committed after the whole-scope
     # run it followed must not overwrite that run's points (session 19 did, by commit order alone)
     return sorted(found, key=lambda pd: (_launch_floor_us(pd[1]) is not None, order.get(_rel(pd[0], root), 0),
@@ -246,7 +247,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
     in_scope = scope_points(scope)
     runs: dict[str, tuple[set[str], set[str]]] = {}    # file -> (works measured, of them with compile)
     for path, data in files:                                   # oldest first: later files overwrite
-        rec = data["ops"].get(op) if _is_bench(data) else None
+        rec = data["ops"].get(op) if is_bench_run(data) else None
         if not rec:
             continue
         src, launch_us = _rel(path, root), _launch_floor_us(data)
@@ -470,7 +471,7 @@ def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None
     if results is not None and not results.is_dir():
         raise ScorecardError(f"{results} is not a folder")
     files = json_files(results.resolve() if results else root / "results", root)   # read once
-    if results is not None and not any(_is_bench(d) or _is_layers(d) for _, d in files):
+    if results is not None and not any(is_bench_run(d) or _is_layers(d) for _, d in files):
         raise ScorecardError(f"{results} holds no benchmark JSON (scripts/gpu/bench_kernels.py or bench_layers.py output)")
     cards = scorecards(root, ops=ops, files=files)
     if ops and not cards:

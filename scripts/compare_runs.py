@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
 import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.scorecard import is_bench_run, load_result  # noqa: E402
 
 PointKey = tuple[int, int, str, str]
 
@@ -34,13 +37,9 @@ class Ratio:
 
 def load_run(path: Path) -> dict[str, Any]:
     """A bench_kernels.py JSON, plain or .xz; ValueError (one line) if it is none."""
-    try:
-        raw = lzma.open(path).read() if path.suffix == ".xz" else path.read_bytes()
-        data = json.loads(raw)
-    except (OSError, lzma.LZMAError, ValueError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("ops"), dict):
-        raise ValueError(f"{path} is no bench_kernels.py run (no 'ops')")
+    data = load_result(path)
+    if data is None or not is_bench_run(data):
+        raise ValueError(f"{path} is no bench_kernels.py run (unreadable, or a JSON without 'ops')")
     return data
 
 
