@@ -1,0 +1,85 @@
+"""The `wload` and `xpre` knobs of the swap-AB GEMM template (prompts/kernels/_shared/_swapab.j2,
+session 33), checked on the CPU through the compiled PTX.
+
+wload puts cache hints on every weight load (the weights are read once per call: L1 no_allocate,
+L2 prefetch of 128 or 256 bytes around each 64-byte row segment a quarter-warp reads) and none on
+the x loads. xpre makes the small kernel issue a chunk's x loads right behind its weight loads,
+before any MMA of the chunk. skinny_gemm 268009 (promoted in session 33: pf128nol1, xpre, unroll 6)
+runs both; on the H200 it streams latent_down at the copy kernel's speed (results/h200/session33).
+The GPU checks the sums (bench_kernels.py's correctness check, the numerics_unit gate).
+"""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from kernel_helpers import ROOT, swapab_kernels, template_params, variant_source, write_variant
+
+PROMOTED = "268009f21621"            # wload=pf128nol1, xpre, unroll 6
+PLAIN = "fcb21beff05f"               # the same GEMM without either knob
+QUALIFIERS = {                       # knob value -> the ld.global qualifiers of a weight load
+    "pf128": ".L2::128B",
+    "pf256": ".L2::256B",
+    "nol1": ".L1::no_allocate",
+    "pf128nol1": ".L1::no_allocate.L2::128B",
+    "pf256nol1": ".L1::no_allocate.L2::256B",
+}
+
+
+def _loads(ptx: str) -> dict[str, int]:
+    """ld.global qualifier string ('' for a plain load) -> count."""
+    out: dict[str, int] = {}
+    for q in re.findall(r"ld\.global((?:\.L[12]::\w+)*)\.v4", ptx):
+        out[q] = out.get(q, 0) + 1
+    return out
+
+
+def test_every_knob_value_renders_its_hints():
+    """Each value of the space renders a copy atom with its hints; plain renders none."""
+    import json
+
+    space = json.loads((ROOT / "prompts/kernels/skinny_gemm/swapab.space.json").read_text())
+    assert set(space["params"]["wload"]) == {"plain", *QUALIFIERS}
+    for value, qual in QUALIFIERS.items():
+        src = variant_source("skinny_gemm", PLAIN, wload=value)
+        assert f'WLOAD = "{value}"' in src and "cute.copy(wld, " in src
+        assert ("SIZE_128B" in src) == ("128B" in qual) and ("SIZE_256B" in src) == ("256B" in qual)
+        assert ("NO_ALLOCATE" in src) == ("no_allocate" in qual)
+    plain = variant_source("skinny_gemm", PLAIN, wload="plain")
+    assert "wld" not in plain and "WLOAD" not in plain
+    assert plain == (ROOT / "kernels_generated/skinny_gemm" / PLAIN / "kernel.py").read_text()
+
+
+@pytest.mark.parametrize("value", ["pf256", "pf128nol1"])
+def test_weight_loads_carry_the_hints_and_x_loads_none(tmp_path, value):
+    """Small and large kernel: every weight load (2 * M_TILES per K block in flight) has the knob's
+    qualifiers, every x load is plain. The same count on the plain kernel finds no hint at all."""
+    params = template_params("skinny_gemm", PROMOTED)
+    path = write_variant(tmp_path, "skinny_gemm", PROMOTED, wload=value)
+    small, large = swapab_kernels(path, tmp_path, 8, "latent_down")
+    u, ul = params["unroll"], params["unroll_large"]
+    assert _loads(small) == {QUALIFIERS[value]: 2 * u, "": u}            # xpre: U x vectors, one token tile
+    got = _loads(large)
+    assert got[QUALIFIERS[value]] == 2 * ul and set(got) == {QUALIFIERS[value], ""}
+    plain_small, _ = swapab_kernels(ROOT / "kernels_generated/skinny_gemm" / PLAIN / "kernel.py", tmp_path, 8,
+                                    "latent_down")
+    assert set(_loads(plain_small)) == {""}
+
+
+def test_xpre_issues_the_chunk_loads_before_its_mmas(tmp_path):
+    """268009's small kernel: every global load of the chunk precedes the chunk's first MMA. Without
+    xpre (the same render, xpre off) x loads follow MMAs, so the check can fail."""
+    def order(ptx: str) -> tuple[int, int]:
+        lines = ptx.splitlines()
+        return (max(i for i, s in enumerate(lines) if "ld.global" in s),
+                min(i for i, s in enumerate(lines) if "mma.sync" in s))
+
+    small, _ = swapab_kernels(ROOT / "kernels_generated/skinny_gemm" / PROMOTED / "kernel.py", tmp_path, 8,
+                              "latent_down")
+    last_load, first_mma = order(small)
+    assert last_load < first_mma
+    off = write_variant(tmp_path / "off", "skinny_gemm", PROMOTED, xpre=False)
+    small_off, _ = swapab_kernels(off, tmp_path, 8, "latent_down")
+    last_load, first_mma = order(small_off)
+    assert last_load > first_mma
