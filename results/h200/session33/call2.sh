@@ -1,4 +1,5 @@
-# Session 33, device call 2 (carry [".device"], after `bash scripts/gpu/slim_tree.sh on`; run as
+# Session 33, device call 2, kept as the record of the run (it ran as scripts/gpu/session33_call2.sh; carry [".device"],
+# after `bash scripts/gpu/slim_tree.sh on`; run as
 # `source scripts/gpu/at_head.sh && export HARNESS_CACHE=/tmp/k3c && export OUT && bash scripts/gpu/session33_call2.sh`):
 # 1. skinny_gemm fcb21b against the five committed knob candidates over the three scope shapes (TP8, B=1,8);
 # 2. perf_sweep (regate.sh PHASE=perf) on the one with the best geomean over fcb21b, if >= 1.03.

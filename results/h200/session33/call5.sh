@@ -1,4 +1,5 @@
-# Session 33, device call 3 (carry [".device"], after `bash scripts/gpu/slim_tree.sh on`; run as
+# Session 33, device call 5, kept as the record of the run (it ran as scripts/gpu/session33_call3.sh; carry [".device"],
+# after `bash scripts/gpu/slim_tree.sh on`; run as
 # `source scripts/gpu/setup.sh && export HARNESS_CACHE=/tmp/k3c && export OUT && bash scripts/gpu/session33_call3.sh`):
 # skinny_gemm's whole scope with the promoted 268009 beside fcb21b (session 32's bench_gemm32 command,
 # skinny alone), then the per-layer on/off tables at TP8 and TP16 with every promoted kernel.

@@ -1,4 +1,5 @@
-# Session 33, device call 1 (carry [".device", ".whl"], after `bash scripts/gpu/slim_tree.sh on`):
+# Session 33, device call 1, kept as the record of the run (it ran as scripts/gpu/session33_study.sh; carry [".device"]:
+# .whl did not fit beside the tree), after `bash scripts/gpu/slim_tree.sh on`:
 # skinny_gemm fcb21b against scratch renders of it (untracked, scripts/render_variant.py):
 #   6fc657 wload=pf256, 0f50ad wload=pf128, ca9d83 wload=nol1, 29ca46 wload=pf256nol1,
 #   ab4dec xpre unroll=6, 6ab167 xpre, edc782 ring unroll=6, 2732a8 ring unroll=4,
