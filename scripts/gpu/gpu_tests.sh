@@ -13,7 +13,8 @@
 # Each pytest is stopped by SIGINT at DEADLINE_S (default 500 s from its start; keep it under the
 # call's limit) so that it still writes its JUnit report of the tests it finished.
 # Writes $OUT/gpu_tests/{timing,group<N>}.{log,xml} and summary.txt (passed / failed / errors /
-# skipped per run, and every failing test id). Exits non-zero unless every collected test ran, none
+# skipped per run, every failing test id, and as NOT FINISHED every collected test that no report
+# names: its group was stopped first). Exits non-zero unless every collected test ran, none
 # failed and at least one passed (all skipped: no GPU was seen). PACK=1 then replaces the folder's
 # files by gpu_tests.tar.xz beside summary.txt: a device call brings back only a few loose files
 # (session 30's first run returned 8 of 34).
@@ -62,6 +63,7 @@ from pathlib import Path
 
 dest = Path(sys.argv[1])
 lines, total, bad = [], {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}, []
+reported = set()                  # (classname, name) of every test case a JUnit report names
 for xml in sorted(dest.glob("*.xml")):
     suite = ET.parse(xml).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
@@ -71,16 +73,27 @@ for xml in sorted(dest.glob("*.xml")):
     lines.append(f"{xml.stem}: {counts['tests']} tests, {counts['failures']} failed, {counts['errors']} errors, "
                  f"{counts['skipped']} skipped, {float(suite.get('time', 0)):.0f} s")
     for case in suite.iter("testcase"):
+        reported.add((case.get("classname"), case.get("name")))
         if case.find("failure") is not None or case.find("error") is not None:
             bad.append(f"{case.get('classname')}::{case.get('name')}")
 for ids in sorted(dest.glob("group*.ids")):
     if ids.stat().st_size and not ids.with_suffix(".xml").exists():
         lines.append(f"{ids.stem}: no report (stopped before pytest wrote one; see {ids.stem}.log)")
-collected = sum(1 for _ in open(dest / "all_ids.txt"))
+all_ids = [line.strip() for line in open(dest / "all_ids.txt") if line.strip()]
+collected = len(all_ids)
+# a test collected but in no report: its group was stopped (deadline) before the test finished
+def junit_key(test_id: str) -> tuple[str, str]:
+    """'tests/a/test_b.py::TestC::test_d[x]' -> ('tests.a.test_b.TestC', 'test_d[x]'), JUnit's names."""
+    path, *inner, name = test_id.split("::")
+    return ".".join([path.removesuffix(".py").replace("/", "."), *inner]), name
+
+
+unfinished = [i for i in all_ids if junit_key(i) not in reported]
 passed = total["tests"] - total["failures"] - total["errors"] - total["skipped"]
 lines.append(f"all: {collected} collected, {total['tests']} ran: {passed} passed, {total['failures']} failed, "
              f"{total['errors']} errors, {total['skipped']} skipped")
 lines += [f"FAILED {b}" for b in bad]
+lines += [f"NOT FINISHED {u} (its group stopped before it ended: raise DEADLINE_S or run it alone)" for u in unfinished]
 (dest / "summary.txt").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 ok = total["tests"] == collected and not bad and total["failures"] + total["errors"] == 0 and passed > 0
