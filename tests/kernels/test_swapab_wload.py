@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from kernel_helpers import ROOT, swapab_kernels, template_params, variant_source, write_variant
+from kernel_helpers import ROOT, load_module, swapab_kernels, template_params, variant_source, write_variant
 
 PROMOTED = "268009f21621"            # wload=pf128nol1, xpre, unroll 6
 PLAIN = "fcb21beff05f"               # the same GEMM without either knob
@@ -83,3 +83,25 @@ def test_xpre_issues_the_chunk_loads_before_its_mmas(tmp_path):
     small_off, _ = swapab_kernels(off, tmp_path, 8, "latent_down")
     last_load, first_mma = order(small_off)
     assert last_load > first_mma
+
+
+def test_the_next_mla_qkv_a_plan_renders_one_cta_an_sm_without_a_cluster(tmp_path):
+    """The plan the README names for mla_qkv_a's next GPU session (session 33's space widening):
+    268009 with an ALT plan of 16 warps, no cluster, chunked, unroll 6. 132 CTAs of 512 threads, each
+    warp 14 K blocks, within 128 registers (one CTA an SM, 16 warps) and no spills; the latent GEMMs'
+    kernels stay 268009's. Compiled for sm_90a at TP8."""
+    from gpu_scripts import tool_script
+    from harness.toolchain.compile import compile_candidate
+
+    rv = tool_script("render_variant")
+    cand = rv.render_variant("skinny_gemm", PROMOTED, {"alt_warps": 16, "alt_max_cluster": 1, "alt_ring": False,
+                                                        "alt_unroll": 6}, root=tmp_path)
+    mod = load_module(cand.kernel_path, "sk_alt16")
+    p = mod.plan(*mod.gemm_kn("mla_qkv_a", 8), alt=True)
+    assert (p.n_blocks, p.ck, p.warps, p.kb, p.unroll, p.ring) == (132, 1, 16, 14, 6, False)
+    assert mod.plan(*mod.gemm_kn("latent_down", 8)) == \
+        load_module(ROOT / "kernels_generated/skinny_gemm" / PROMOTED / "kernel.py", "sk_268009").plan(
+            *mod.gemm_kn("latent_down", 8))
+    rep = compile_candidate(cand, "sm_90a", 8, {"shape": "mla_qkv_a"}, cache_root=tmp_path / "cache")
+    assert rep.ok, rep.message
+    assert max(k.registers for k in rep.kernels) <= 128 and rep.spill_bytes == 0
