@@ -11,10 +11,13 @@ The GPU checks the sums (bench_kernels.py's correctness check, the numerics_unit
 from __future__ import annotations
 
 import re
+import tempfile
+from functools import lru_cache
+from pathlib import Path
 
 import pytest
 
-from kernel_helpers import ROOT, load_module, swapab_kernels, template_params, variant_source, write_variant
+from kernel_helpers import ROOT, load_module, swapab_kernels, template_params, variant_source
 
 PROMOTED = "268009f21621"            # wload=pf128nol1, xpre, unroll 6
 PLAIN = "fcb21beff05f"               # the same GEMM without either knob
@@ -25,6 +28,20 @@ QUALIFIERS = {                       # knob value -> the ld.global qualifiers of
     "pf128nol1": ".L1::no_allocate.L2::128B",
     "pf256nol1": ".L1::no_allocate.L2::256B",
 }
+
+
+@lru_cache(maxsize=None)
+def _latent_down(source: str) -> tuple[str, str]:
+    """(small, large) PTX of a skinny kernel source at TP8 latent_down, compiled once per distinct source
+    (268009 and the plain kernel serve several tests)."""
+    d = Path(tempfile.mkdtemp(prefix="sk_wload_"))
+    (d / "k").mkdir()
+    (d / "k" / "kernel.py").write_text(source)
+    return swapab_kernels(d / "k" / "kernel.py", d, 8, "latent_down")
+
+
+def _committed(cid: str) -> str:
+    return (ROOT / "kernels_generated/skinny_gemm" / cid / "kernel.py").read_text()
 
 
 def _loads(ptx: str) -> dict[str, int]:
@@ -48,26 +65,24 @@ def test_every_knob_value_renders_its_hints():
         assert ("NO_ALLOCATE" in src) == ("no_allocate" in qual)
     plain = variant_source("skinny_gemm", PLAIN, wload="plain")
     assert "wld" not in plain and "WLOAD" not in plain
-    assert plain == (ROOT / "kernels_generated/skinny_gemm" / PLAIN / "kernel.py").read_text()
+    assert plain == _committed(PLAIN)
 
 
 @pytest.mark.parametrize("value", ["pf256", "pf128nol1"])
-def test_weight_loads_carry_the_hints_and_x_loads_none(tmp_path, value):
+def test_weight_loads_carry_the_hints_and_x_loads_none(value):
     """Small and large kernel: every weight load (2 * M_TILES per K block in flight) has the knob's
     qualifiers, every x load is plain. The same count on the plain kernel finds no hint at all."""
     params = template_params("skinny_gemm", PROMOTED)
-    path = write_variant(tmp_path, "skinny_gemm", PROMOTED, wload=value)
-    small, large = swapab_kernels(path, tmp_path, 8, "latent_down")
+    small, large = _latent_down(variant_source("skinny_gemm", PROMOTED, wload=value))
     u, ul = params["unroll"], params["unroll_large"]
     assert _loads(small) == {QUALIFIERS[value]: 2 * u, "": u}            # xpre: U x vectors, one token tile
     got = _loads(large)
     assert got[QUALIFIERS[value]] == 2 * ul and set(got) == {QUALIFIERS[value], ""}
-    plain_small, _ = swapab_kernels(ROOT / "kernels_generated/skinny_gemm" / PLAIN / "kernel.py", tmp_path, 8,
-                                    "latent_down")
+    plain_small, _ = _latent_down(_committed(PLAIN))
     assert set(_loads(plain_small)) == {""}
 
 
-def test_xpre_issues_the_chunk_loads_before_its_mmas(tmp_path):
+def test_xpre_issues_the_chunk_loads_before_its_mmas():
     """268009's small kernel: every global load of the chunk precedes the chunk's first MMA. Without
     xpre (the same render, xpre off) x loads follow MMAs, so the check can fail."""
     def order(ptx: str) -> tuple[int, int]:
@@ -75,12 +90,10 @@ def test_xpre_issues_the_chunk_loads_before_its_mmas(tmp_path):
         return (max(i for i, s in enumerate(lines) if "ld.global" in s),
                 min(i for i, s in enumerate(lines) if "mma.sync" in s))
 
-    small, _ = swapab_kernels(ROOT / "kernels_generated/skinny_gemm" / PROMOTED / "kernel.py", tmp_path, 8,
-                              "latent_down")
+    small, _ = _latent_down(_committed(PROMOTED))
     last_load, first_mma = order(small)
     assert last_load < first_mma
-    off = write_variant(tmp_path / "off", "skinny_gemm", PROMOTED, xpre=False)
-    small_off, _ = swapab_kernels(off, tmp_path, 8, "latent_down")
+    small_off, _ = _latent_down(variant_source("skinny_gemm", PROMOTED, xpre=False))
     last_load, first_mma = order(small_off)
     assert last_load > first_mma
 
