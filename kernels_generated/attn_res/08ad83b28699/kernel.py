@@ -2,9 +2,9 @@
 slice in registers (one pass over HBM), every reduction pushed into every CTA's shared memory ahead
 of one cluster barrier (no CTA barrier, no peer loads, no exit barrier).
 
-Rendered from prompts/kernels/attn_res/gramhybrid.py.j2 with small_cs=8 small_threads=128 large_cs=2 large_threads=448 vec=8 b_switch=32 r1_max_nb=8 large_min_nb=3 large_pull_min_nb=9 pdl=False async_push=True lean=True mma=True
+Rendered from prompts/kernels/attn_res/gramhybrid.py.j2 with small_cs=4 small_threads=224 large_cs=2 large_threads=448 vec=8 b_switch=32 r1_max_nb=4 large_min_nb=3 large_pull_min_nb=9 pdl=False async_push=True lean=True mma=True
 TWO launch plans behind one callable (ByBatch), chosen per call by the batch B and per compile by
-NB: B <= B_SWITCH, or NB < LARGE_MIN_NB, takes SMALL (CS=8 x 128 threads; rounds 1 while
+NB: B <= B_SWITCH, or NB < LARGE_MIN_NB, takes SMALL (CS=4 x 224 threads; rounds 1 while
 NB <= R1_MAX_NB, else 2); larger B takes LARGE (CS=2 x 448 threads, rounds 2), or from
 NB >= LARGE_PULL_MIN_NB on the clustermix kernel embedded below (AttnResCluster, the same CS x threads:
 a CTA barrier, the peers' partials pulled through DSMEM, an exit barrier). Why: the one-round Gram
@@ -63,8 +63,7 @@ accumulate) instead of FMA chains and the halving butterfly. The lane stages its
 sources and of w_res as rows 0..NS of the warp's [NS + 1, 32 * VEC * NV + 8] bf16 tile in shared memory
 (16-byte padded rows: the fragment loads of a step hit 32 distinct banks); the warp's positions are the
 MMA's K, and A = B^T = the tile, so D = V V^T: D[a][b] = V_a . V_b, D[j][NS] = d_j, one D entry per lane
-register, pushed straight into its value column. The Gram costs the same at every NB, so every plan
-takes one round (LARGE too).
+register, pushed straight into its value column; MMA_CHAINS independent accumulators.
 """
 from __future__ import annotations
 
@@ -88,6 +87,7 @@ ASYNC_PUSH = True
 LEAN = True
 SLOT_CHAINS = 4                           # interleaved chains of a slot sum (chain_sum)
 MMA = True                                # the Gram and the dots by mma.sync (docstring)
+MMA_CHAINS = 4                            # independent accumulator chains of the MMA steps
 
 
 class Plan(NamedTuple):
@@ -125,12 +125,12 @@ class Plan(NamedTuple):
 
 
 B_SWITCH = 32                         # B above this takes LARGE (when NB >= LARGE_MIN_NB)
-R1_MAX_NB = 8                        # SMALL reduces in one round (Gram) while NB <= this
+R1_MAX_NB = 4                        # SMALL reduces in one round (Gram) while NB <= this
 LARGE_MIN_NB = 3                     # NB below this never takes LARGE
 LARGE_PULL_MIN_NB = 9                # B > B_SWITCH from this NB on runs LARGE_PULL (9: never)
-SMALL_R1 = Plan(cs=8, threads=128, vec=8, rounds=1).check()
-SMALL_R2 = Plan(cs=8, threads=128, vec=8, rounds=2).check()
-LARGE = Plan(cs=2, threads=448, vec=8, rounds=1).check()
+SMALL_R1 = Plan(cs=4, threads=224, vec=8, rounds=1).check()
+SMALL_R2 = Plan(cs=4, threads=224, vec=8, rounds=2).check()
+LARGE = Plan(cs=2, threads=448, vec=8, rounds=2).check()
 
 
 class PullPlan(NamedTuple):
@@ -416,28 +416,36 @@ class AttnResPush:
             cute.autovec_copy(rwr[k], cute.local_tile(stg[warp, NS, None], (VEC,), (k * 32 + lane,)))
         cute.arch.sync_warp()
         atom = cute.make_mma_atom(cute.nvgpu.warp.MmaF16BF16Op(BFloat16, Float32, (16, 8, 16)))
-        acc = [cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), Float32) for _ in range(MMA_NT)]
-        for nt in cutlass.range_constexpr(MMA_NT):
-            acc[nt].fill(0.0)
+        # MMA_CHAINS independent accumulators (step s feeds chain s % MMA_CHAINS): one chain of 16 NV
+        # dependent mma.sync would wait out each one's latency
+        accs = [[cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), Float32) for _ in range(MMA_NT)]
+                for _ in range(MMA_CHAINS)]
+        for c in cutlass.range_constexpr(MMA_CHAINS):
+            for nt in cutlass.range_constexpr(MMA_NT):
+                accs[c][nt].fill(0.0)
         fa = cute.make_rmem_tensor(cute.make_layout((8, 1, 1)), BFloat16)
         fb = cute.make_rmem_tensor(cute.make_layout((4, 1, 1)), BFloat16)
         fa.fill(0.0)
+        fa32, fb32 = cute.recast_tensor(fa, Uint32), cute.recast_tensor(fb, Uint32)    # bf16 pairs as words
+        stg32 = cute.recast_tensor(stg, Uint32)
         g, t = lane >> 2, lane & 3
         r0 = cutlass.select_(g < NS, g, Int32(NS))
         r1 = cutlass.select_(g + 8 < NS, g + 8, Int32(NS))
         for s in cutlass.range_constexpr(2 * VEC * NV):               # 32 * VEC * NV positions, 16 a step
-            c0 = 16 * s + 2 * t
-            # PTX A order: (g, 2t..2t+1), (g+8, ..), (g, 2t+8..), (g+8, ..); B: (2t..2t+1, g), (2t+8.., g)
-            fa[0], fa[1] = stg[warp, r0, c0], stg[warp, r0, c0 + 1]
-            fa[4], fa[5] = stg[warp, r0, c0 + 8], stg[warp, r0, c0 + 9]
+            # PTX A order (words): (g, 2t..2t+1), (g+8, ..), (g, 2t+8..), (g+8, ..); B: (2t.., g), (2t+8.., g)
+            fa32[0], fa32[2] = stg32[warp, r0, 8 * s + t], stg32[warp, r0, 8 * s + t + 4]
             if const_expr(MMA_NT == 2):
-                fa[2], fa[3] = stg[warp, r1, c0], stg[warp, r1, c0 + 1]
-                fa[6], fa[7] = stg[warp, r1, c0 + 8], stg[warp, r1, c0 + 9]
-            fb[0], fb[1], fb[2], fb[3] = fa[0], fa[1], fa[4], fa[5]
+                fa32[1], fa32[3] = stg32[warp, r1, 8 * s + t], stg32[warp, r1, 8 * s + t + 4]
+            fb32[0], fb32[1] = fa32[0], fa32[2]
+            acc = accs[s % MMA_CHAINS]
             cute.gemm(atom, acc[0], fa, fb, acc[0])
             if const_expr(MMA_NT == 2):
-                fb[0], fb[1], fb[2], fb[3] = fa[2], fa[3], fa[6], fa[7]
+                fb32[0], fb32[1] = fa32[1], fa32[3]
                 cute.gemm(atom, acc[1], fa, fb, acc[1])
+        acc = accs[0]
+        for c in cutlass.range_constexpr(1, MMA_CHAINS):
+            for nt in cutlass.range_constexpr(MMA_NT):
+                acc[nt].store(acc[nt].load() + accs[c][nt].load())
 
         slot = rank * NWARPS + warp
         if const_expr(CS > 1):
