@@ -130,7 +130,11 @@ def register(app: typer.Typer) -> None:
                  gpu: str = typer.Option("h200", help="GPU profile for the roofline."),
                  tp: int = typer.Option(8, help="Tensor-parallel degree."),
                  json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-        """Everything the catalogue knows about one op."""
+        """Everything the catalogue knows about one op, and what earlier sessions measured for it
+        and did not keep (its ledger: prompts/kernels/<op>/measured.json)."""
+        from . import paths
+        from .agent.ledger import ledger_path, load_ledger
+
         defn = _defn(op)
         profile = _gpu(gpu)
         if tp not in (8, 16):
@@ -146,6 +150,8 @@ def register(app: typer.Typer) -> None:
             "state_dtypes": list(defn.state_dtypes),
             "notes": defn.notes,
             "definition_hash": defn.source_hash(),
+            "measured": [{"idea": m.idea, "outcome": m.outcome.value, "numbers": m.numbers, "record": m.record}
+                         for m in load_ledger(defn.name)],
         })
         if json_out:
             print_json(info)
@@ -165,6 +171,11 @@ def register(app: typer.Typer) -> None:
                     f"floor {p['floor_us']:.2f} us on {profile.name} ({p['bound']}-bound)")
         if defn.notes:
             c.print(f"[bold]notes[/bold]: {defn.notes}")
+        if info["measured"]:
+            c.print(f"[bold]measured on a GPU before, not kept[/bold] ({ledger_path(defn.name).relative_to(paths.REPO_ROOT)}):")
+            for m in info["measured"]:
+                c.print(f"  - {m['idea']}: [bold]{m['outcome'].replace('_', ' ')}[/bold], {m['numbers']} ({m['record']})",
+                        highlight=False)
 
     @app.command("ref")
     def ref(op: str = typer.Argument(..., help="Op name."),

@@ -39,8 +39,19 @@ def test_ops_show(op: str, run_cli) -> None:
     defn = reference_impls.get(op)
     assert [t["name"] for t in info["inputs"]] == [t.name for t in defn.inputs]
     assert set(info["tolerances"]) == {t.name for t in defn.outputs}
+    from harness.agent.ledger import load_ledger
+
+    assert [m["record"] for m in info["measured"]] == [m.record for m in load_ledger(op)]
     code, out, _ = run_cli(["ops", "show", op, "--tp", "16"])
     assert code == 0 and op in out
+    assert ("measured on a GPU before, not kept" in out) == bool(info["measured"])
+
+
+def test_ops_show_lists_the_ledger(run_cli) -> None:
+    """attn_res keeps a ledger: the human view names the file and each entry's record."""
+    code, out, _ = run_cli(["ops", "show", "attn_res"])
+    assert code == 0 and "prompts/kernels/attn_res/measured.json" in out.replace("\n", "")
+    assert "results/h200/session34/bench_ar_mma2.log" in out.replace("\n", "")
 
 
 # ref on every op whose inputs are small; moe_experts draws all 896 experts (~1 GB at TP16)

@@ -15,6 +15,7 @@ from typing import Any
 from .. import paths
 from ..hardware import GpuProfile, roofline
 from ..opdef import BATCH_MAX, OpDefinition, Point
+from .ledger import load_ledger
 from .providers import Message
 from .records import CandidateRecord
 from .stages import POINT_CONTEXT
@@ -58,7 +59,8 @@ def draft_prompt(defn: OpDefinition, profile: GpuProfile, tp: int, best: Candida
                  best_source: str | None, history: list[CandidateRecord], hint: str = "",
                  incumbent_us: dict[int, float] | None = None, promoted: tuple[str, str] | None = None) -> str:
     """The drafting prompt. `promoted` = (id, source) of the op's promoted kernel, shown when this
-    run has no best kernel yet: a first draft starts from what is in production."""
+    run has no best kernel yet: a first draft starts from what is in production. The op's ledger
+    (`ledger.load_ledger`: ideas measured on a GPU before and not kept) is listed in every draft."""
     mod = inspect.getmodule(defn.reference)
     ref_src = inspect.getsource(mod) if mod is not None else inspect.getsource(defn.reference)
     p1 = Point(batch=1, tp=tp, context=POINT_CONTEXT if defn.uses_context else 0)
@@ -80,7 +82,8 @@ def draft_prompt(defn: OpDefinition, profile: GpuProfile, tp: int, best: Candida
                   batch_max=BATCH_MAX, tolerances=_tolerances(defn), static_args=static_args, points=points,
                   gpu_name=profile.name.upper(), best=best_ctx,
                   promoted={"id": promoted[0], "source": promoted[1]} if promoted else None,
-                  history=[{"id": h.id, "summary": h.summary()} for h in history[-8:]], hint=hint)
+                  history=[{"id": h.id, "summary": h.summary()} for h in history[-8:]], hint=hint,
+                  measured=[m.line() for m in load_ledger(defn.name)])
 
 
 def feedback_prompt(rec: CandidateRecord, profile: GpuProfile, next_step: str = "") -> str:
