@@ -177,6 +177,29 @@ def register(app: typer.Typer) -> None:
                 c.print(f"  - {m['idea']}: [bold]{m['outcome'].replace('_', ' ')}[/bold], {m['numbers']} ({m['record']})",
                         highlight=False)
 
+    @ops_app.command("ledger-add")
+    def ops_ledger_add(op: str = typer.Argument(..., help="Op name, e.g. attn_res."),
+                       idea: str = typer.Option(..., help="What was built, in words that recognise it again."),
+                       outcome: str = typer.Option(..., help="slower | mixed | no_gain | faster_not_promoted."),
+                       numbers: str = typer.Option(..., help="What the GPU measured, against what."),
+                       record: str = typer.Option(..., help="Repo-relative path of the committed measurement."),
+                       json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """Record an idea measured on a GPU and not kept in the op's ledger
+        (prompts/kernels/<op>/measured.json), which every drafting prompt lists."""
+        from .agent.ledger import Measured, Outcome, add_entry, load_ledger
+
+        defn = _defn(op)
+        try:
+            kind = Outcome(outcome)
+        except ValueError:
+            raise UserError(f"--outcome {outcome!r}: choose from {', '.join(o.value for o in Outcome)}") from None
+        path = add_entry(defn.name, Measured(idea=idea, outcome=kind, numbers=numbers, record=record))
+        n = len(load_ledger(defn.name))
+        if json_out:
+            print_json({"op": defn.name, "ledger": str(path), "entries": n})
+            return
+        console().print(f"{path}: {n} entries (commit it with the record it cites)", highlight=False)
+
     @app.command("ref")
     def ref(op: str = typer.Argument(..., help="Op name."),
             batch: int = typer.Option(1, "--batch", "-b", help="Decode batch B (1..64)."),

@@ -71,3 +71,31 @@ def load_ledger(op: str, root: Path | None = None) -> list[Measured]:
         raise UserError(f"{path}: malformed ledger ({type(exc).__name__}: {exc}); expected "
                         f'{{"entries": [{{"idea", "outcome" ({", ".join(o.value for o in Outcome)}), '
                         f'"numbers", "record"}}]}}') from None
+
+
+DEFAULT_DOC = ("Ideas built, verified and timed on the H200 that were not kept (harness/agent/ledger.py): the "
+               "drafting prompt lists them so an agent changes what made one lose before sending it again. "
+               "record = the committed measurement.")
+
+
+def add_entry(op: str, entry: Measured, root: Path | None = None) -> Path:
+    """Append one entry to the op's ledger (created when missing), written atomically. The record
+    must be a file under the repository; UserError otherwise, and for a malformed ledger."""
+    base = root or paths.REPO_ROOT
+    for name, value in (("idea", entry.idea), ("numbers", entry.numbers), ("record", entry.record)):
+        if not value.strip():
+            raise UserError(f"ledger entry: --{name} is empty")
+    rec = Path(entry.record)
+    if rec.is_absolute() or ".." in rec.parts or not (base / rec).is_file():
+        raise UserError(f"ledger entry: --record {entry.record} is not a file under {base} "
+                        "(commit the measurement first, then cite its repo-relative path)")
+    load_ledger(op, root)                                       # refuses a malformed file before touching it
+    path = ledger_path(op, root)
+    raw = json.loads(path.read_text()) if path.is_file() else {"doc": DEFAULT_DOC, "entries": []}
+    raw["entries"].append({"idea": entry.idea, "outcome": entry.outcome.value, "numbers": entry.numbers,
+                           "record": entry.record})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(raw, indent=1) + "\n")
+    tmp.replace(path)
+    return path

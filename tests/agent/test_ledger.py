@@ -67,3 +67,39 @@ def test_missing_ledger_is_empty_and_a_malformed_one_is_a_user_error(tmp_path):
     path.write_text(json.dumps({"entries": [good]}))
     (m,) = load_ledger("attn_res", root=tmp_path)
     assert m.outcome is Outcome.SLOWER and m.line() == "x: slower, 1 us (results/x.log)"
+
+
+def test_add_entry_appends_atomically_and_refuses_a_record_outside_the_repo(tmp_path):
+    from harness.agent.ledger import Measured, add_entry
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "bench.log").write_text("numbers\n")
+    m = Measured(idea="wider vectors", outcome=Outcome.NO_GAIN, numbers="0.99-1.01x", record="results/bench.log")
+    path = add_entry("kda_decode", m, root=tmp_path)                # creates the ledger
+    add_entry("kda_decode", Measured("fold", Outcome.SLOWER, "0.96", "results/bench.log"), root=tmp_path)
+    assert [e.idea for e in load_ledger("kda_decode", root=tmp_path)] == ["wider vectors", "fold"]
+    assert json.loads(path.read_text())["doc"] and not list(path.parent.glob("*.tmp"))
+    for record in ("results/missing.log", "../outside.log", str(tmp_path / "results" / "bench.log")):
+        with pytest.raises(UserError, match="is not a file under"):
+            add_entry("kda_decode", Measured("x", Outcome.SLOWER, "1", record), root=tmp_path)
+    path.write_text("{broken")
+    with pytest.raises(UserError, match="malformed ledger"):
+        add_entry("kda_decode", m, root=tmp_path)
+    assert path.read_text() == "{broken"                          # a malformed ledger is left as it was
+
+
+def test_cli_ledger_add_writes_the_checkout_ledger_and_rejects_bad_input(tmp_path, monkeypatch, run_cli):
+    monkeypatch.setattr(paths, "REPO_ROOT", tmp_path)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "r.log").write_text("1 us\n")
+    argv = ["ops", "ledger-add", "attn_res", "--idea", "an idea", "--numbers", "1 us", "--record", "results/r.log"]
+    code, out, _ = run_cli(argv + ["--outcome", "mixed", "--json"])
+    assert code == 0 and json.loads(out)["entries"] == 1
+    (m,) = load_ledger("attn_res", root=tmp_path)
+    assert m.outcome is Outcome.MIXED and m.record == "results/r.log"
+    code, _, err = run_cli(argv + ["--outcome", "faster"])
+    assert code == 2 and "choose from slower, mixed, no_gain, faster_not_promoted" in err
+    code, _, err = run_cli(["ops", "ledger-add", "no_such_op", "--idea", "i", "--outcome", "slower",
+                            "--numbers", "n", "--record", "results/r.log"])
+    assert code == 2 and "unknown op" in err
+    assert len(load_ledger("attn_res", root=tmp_path)) == 1
