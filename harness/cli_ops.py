@@ -186,15 +186,15 @@ def register(app: typer.Typer) -> None:
                        json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
         """Record an idea measured on a GPU and not kept in the op's ledger
         (prompts/kernels/<op>/measured.json), which every drafting prompt lists."""
-        from .agent.ledger import Measured, Outcome, add_entry, load_ledger
+        from .agent.ledger import Measured, Outcome, add_entry, ledger_path
 
         defn = _defn(op)
         try:
             kind = Outcome(outcome)
         except ValueError:
             raise UserError(f"--outcome {outcome!r}: choose from {', '.join(o.value for o in Outcome)}") from None
-        path = add_entry(defn.name, Measured(idea=idea, outcome=kind, numbers=numbers, record=record))
-        n = len(load_ledger(defn.name))
+        n = add_entry(defn.name, Measured(idea=idea, outcome=kind, numbers=numbers, record=record))
+        path = ledger_path(defn.name)
         if json_out:
             print_json({"op": defn.name, "ledger": str(path), "entries": n})
             return

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .. import paths
 from ..errors import UserError
+from .runlog import atomic_write_text
 
 LEDGER_NAME = "measured.json"
 
@@ -49,11 +50,8 @@ def ledger_path(op: str, root: Path | None = None) -> Path:
     return (root or paths.REPO_ROOT) / "prompts" / "kernels" / op / LEDGER_NAME
 
 
-def load_ledger(op: str, root: Path | None = None) -> list[Measured]:
-    """The op's ledger entries in file order; [] when the op keeps none."""
-    path = ledger_path(op, root)
-    if not path.is_file():
-        return []
+def _read(path: Path) -> tuple[dict, list[Measured]]:
+    """The ledger file's JSON and its entries; UserError naming the file when malformed."""
     try:
         raw = json.loads(path.read_text())
         entries = raw["entries"]
@@ -66,21 +64,27 @@ def load_ledger(op: str, root: Path | None = None) -> list[Measured]:
                 raise ValueError(f"entry {i}: every field must be a non-empty string")
             out.append(Measured(idea=fields["idea"], outcome=Outcome(fields["outcome"]),
                                 numbers=fields["numbers"], record=fields["record"]))
-        return out
+        return raw, out
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{path}: malformed ledger ({type(exc).__name__}: {exc}); expected "
                         f'{{"entries": [{{"idea", "outcome" ({", ".join(o.value for o in Outcome)}), '
                         f'"numbers", "record"}}]}}') from None
 
 
+def load_ledger(op: str, root: Path | None = None) -> list[Measured]:
+    """The op's ledger entries in file order; [] when the op keeps none."""
+    path = ledger_path(op, root)
+    return _read(path)[1] if path.is_file() else []
+
 DEFAULT_DOC = ("Ideas built, verified and timed on the H200 that were not kept (harness/agent/ledger.py): the "
                "drafting prompt lists them so an agent changes what made one lose before sending it again. "
                "record = the committed measurement.")
 
 
-def add_entry(op: str, entry: Measured, root: Path | None = None) -> Path:
-    """Append one entry to the op's ledger (created when missing), written atomically. The record
-    must be a file under the repository; UserError otherwise, and for a malformed ledger."""
+def add_entry(op: str, entry: Measured, root: Path | None = None) -> int:
+    """Append one entry to the op's ledger (created when missing), written atomically; returns the
+    ledger's entry count. The record must be a file under the repository; UserError otherwise, and
+    for a malformed ledger (left as it was)."""
     base = root or paths.REPO_ROOT
     for name, value in (("idea", entry.idea), ("numbers", entry.numbers), ("record", entry.record)):
         if not value.strip():
@@ -89,13 +93,9 @@ def add_entry(op: str, entry: Measured, root: Path | None = None) -> Path:
     if rec.is_absolute() or ".." in rec.parts or not (base / rec).is_file():
         raise UserError(f"ledger entry: --record {entry.record} is not a file under {base} "
                         "(commit the measurement first, then cite its repo-relative path)")
-    load_ledger(op, root)                                       # refuses a malformed file before touching it
     path = ledger_path(op, root)
-    raw = json.loads(path.read_text()) if path.is_file() else {"doc": DEFAULT_DOC, "entries": []}
+    raw = _read(path)[0] if path.is_file() else {"doc": DEFAULT_DOC, "entries": []}
     raw["entries"].append({"idea": entry.idea, "outcome": entry.outcome.value, "numbers": entry.numbers,
                            "record": entry.record})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(raw, indent=1) + "\n")
-    tmp.replace(path)
-    return path
+    atomic_write_text(path, json.dumps(raw, indent=1) + "\n")
+    return len(raw["entries"])

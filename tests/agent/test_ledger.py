@@ -75,8 +75,9 @@ def test_add_entry_appends_atomically_and_refuses_a_record_outside_the_repo(tmp_
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "bench.log").write_text("numbers\n")
     m = Measured(idea="wider vectors", outcome=Outcome.NO_GAIN, numbers="0.99-1.01x", record="results/bench.log")
-    path = add_entry("kda_decode", m, root=tmp_path)                # creates the ledger
-    add_entry("kda_decode", Measured("fold", Outcome.SLOWER, "0.96", "results/bench.log"), root=tmp_path)
+    assert add_entry("kda_decode", m, root=tmp_path) == 1           # creates the ledger
+    path = ledger_path("kda_decode", root=tmp_path)
+    assert add_entry("kda_decode", Measured("fold", Outcome.SLOWER, "0.96", "results/bench.log"), root=tmp_path) == 2
     assert [e.idea for e in load_ledger("kda_decode", root=tmp_path)] == ["wider vectors", "fold"]
     assert json.loads(path.read_text())["doc"] and not list(path.parent.glob("*.tmp"))
     for record in ("results/missing.log", "../outside.log", str(tmp_path / "results" / "bench.log")):
