@@ -3,7 +3,10 @@
 Two decoders share one set of seeded weights; each has its own Registry: `on` has the
 candidate registered for its op, `off` has it registered AND switched off by the kill
 switch (so the off run proves the switch: zero kernel calls). Promoted kernels of other ops
-(kernels_generated/promoted.json) are registered in both, so the A/B isolates this op.
+(kernels_generated/promoted.json) are registered in both, so the A/B isolates this op. The
+op's own promoted kernels stay on the `on` path beside the candidate, as they would after
+its promotion: one of the same scope is replaced, a narrower one keeps its calls, and the
+candidate's own calls are what the gates count.
 With `noise=True` a third decoder runs the op through a benign perturbation of its
 reference (gates/_benign.py): the model's own noise floor, measured in the same run.
 
@@ -36,6 +39,7 @@ class Pair:
     reg_noise: Any = None
     noise_kind: str = ""
     fused_off: tuple[str, ...] = ()   # fused ops switched off on every path (`fused_over`)
+    candidate: str = ""                # the on path's candidate id: its calls are kernel_calls()[0]
 
     @property
     def device(self):
@@ -54,17 +58,20 @@ class Pair:
         return sum(c for k, c in self.reg_noise.counters().items() if k.op == self.op and k.outcome is Outcome.KERNEL)
 
     def kernel_calls(self) -> tuple[int, int]:
+        """(the candidate's calls on the on path, calls of any kernel of the op on the off path)."""
         from harness.registry import Outcome
 
-        def n(reg) -> int:
-            return sum(c for k, c in reg.counters().items() if k.op == self.op and k.outcome is Outcome.KERNEL)
-        return n(self.reg_on), n(self.reg_off)
+        on = self.reg_on.candidate_counters().get((self.op, self.candidate), 0)
+        off = sum(c for k, c in self.reg_off.counters().items() if k.op == self.op and k.outcome is Outcome.KERNEL)
+        return on, off
 
     def trace(self) -> dict[str, Any]:
         from harness.registry import counter_rows
 
         return {"on": [r for r in counter_rows(self.reg_on.counters()) if r["op"] == self.op],
                 "off": [r for r in counter_rows(self.reg_off.counters()) if r["op"] == self.op],
+                "on_by_candidate": {c: n for (o, c), n in sorted(self.reg_on.candidate_counters().items())
+                                    if o == self.op},
                 "errors_on": self.reg_on.errors()}
 
 
@@ -118,12 +125,13 @@ def build_pair(op: str, candidate_dir, root, model_config: str, default_layers: 
     with torch.no_grad():
         w = init_weights(cfg, seed, device)
     pair = Pair(op, cfg, K3Decoder(cfg, w, regs[0]), K3Decoder(cfg, w, regs[1]), regs[0], regs[1],
-                ByteTokenizer(cfg.vocab, cfg.eos_id, cfg.bos_id), fused_off=fused)
+                ByteTokenizer(cfg.vocab, cfg.eos_id, cfg.bos_id), fused_off=fused, candidate=kw["candidate"])
     if noise:
         from ._benign import benign_fn, describe
 
         reg = Registry(check_shapes=cfg.is_k3_rank)       # tiny widths: the benign fn takes any size
         reg.load_manifest(manifest, root / "kernels_generated")
+        reg.unregister(op)                                 # the benign fn is the op's only kernel here
         reg.register(op, _any_scope(), benign_fn(op, seed), candidate="benign-perturbation")
         reg.disable(*fused)
         pair.model_noise, pair.reg_noise, pair.noise_kind = K3Decoder(cfg, w, reg), reg, describe(op)

@@ -1,7 +1,7 @@
 """The GPU measurements of perf_sweep (the decisions are perf_sweep.decide).
 
-Per point of the declared scope: the candidate and the incumbent (the op's promoted kernel
-when one is promoted and covers the point, else the reference path) timed by the
+Per point of the declared scope: the candidate and the incumbent (the op's most specific
+promoted kernel covering the point, else the reference path; `_incumbents`) timed by the
 toolchain's `time_interleaved`: CUDA-graph replay of many calls, inputs and weights rotated
 through copies spanning >= 3 x L2, warm-up, A B B A rounds in one process on one GPU.
 The roofline floor is min_bytes / the bandwidth measured in the same run. Then the
@@ -15,23 +15,39 @@ from typing import Any, Callable
 from . import GateContext
 
 
-def _incumbent(ctx: GateContext, arch: str):
-    """(label, manifest entry or None): the promoted kernel of this op, unless it is this candidate."""
+def _incumbents(ctx: GateContext, scope, arch: str, pts: list) -> dict[str, tuple[str, str]]:
+    """Per point key: (who runs it today, who would run it after promotion), each a promoted
+    candidate id or "" for the reference. Today: the op's most specific promoted entry covering
+    the point, the candidate itself left out (a re-gate times it against what it replaced).
+    After: the same with the candidate added and an entry of its exact scope dropped
+    (promotion replaces that one), so a point where a narrower promoted kernel keeps running is
+    not the candidate's to win or lose."""
     import json
 
+    from harness.registry import KernelEntry, KernelScope, by_specificity
+
+    from .points import key
+
     manifest = ctx.root / "kernels_generated" / "promoted.json"
-    if manifest.is_file():
-        for e in json.loads(manifest.read_text()):
-            if e.get("op") == ctx.op and e.get("candidate") != ctx.candidate_id and arch in e["scope"].get("archs", []):
-                return f"promoted:{e['candidate']}", e
-    return "reference", None
+    rows = json.loads(manifest.read_text()) if manifest.is_file() else []
+    others = [KernelEntry(ctx.op, e["candidate"], KernelScope.from_json(e["scope"]), candidate_dir=manifest.parent)
+              for e in rows if e.get("op") == ctx.op and e.get("candidate") != ctx.candidate_id]
+    mine = KernelScope.from_json(scope.to_json())
+    after = [e for e in others if e.scope != mine] + [KernelEntry(ctx.op, ctx.candidate_id, mine, candidate_dir=manifest.parent)]
+    dtype = mine.dtypes[0] if mine.dtypes else "bf16"
+
+    def runs(entries, pt) -> str:
+        hit = next((e for e in by_specificity(entries)
+                    if e.scope.admits(arch, pt.tp, pt.batch, dtype, pt.state_dtype, pt.shape) is None), None)
+        return hit.candidate if hit is not None else ""
+    return {key(pt): (runs(others, pt), runs(after, pt)) for pt in pts}
 
 
 def measure(ctx: GateContext) -> tuple[list[dict[str, Any]], dict[str, Any] | None, list[str], dict[str, Any]]:
     import torch
 
     import reference_impls
-    from harness.registry import KernelScope, device_arch
+    from harness.registry import device_arch
     from harness.toolchain import load_compiled
     from harness.toolchain.candidate import load_candidate
     from harness.toolchain.compile import static_for_point
@@ -49,19 +65,22 @@ def measure(ctx: GateContext) -> tuple[list[dict[str, Any]], dict[str, Any] | No
         return [], None, required, {"arch": arch, "skipped": f"{arch} is outside the declared archs"}
     c = lambda n: ctx.config.get("perf_sweep", n)  # noqa: E731
     rounds, calls = int(c("repeats")), int(c("calls_per_graph"))
-    inc_label, inc_entry = _incumbent(ctx, arch)
-    inc_scope = KernelScope.from_json(inc_entry["scope"]) if inc_entry else None
+    who = _incumbents(ctx, cand.scope, arch, pts)
     bw = measure_bandwidth()
     l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 * 2**20))
     points: list[dict[str, Any]] = []
     for pt in pts:
+        today, after = who[key(pt)]
+        if after != ctx.candidate_id:         # a narrower promoted kernel keeps this point
+            points.append({"point": key(pt), "shadowed_by": after})
+            continue
         static = static_for_point(defn, pt)
         fn = load_compiled(cand.path, arch, pt.tp, **static)
         inc_fn: Callable[..., None] | None = None
         label = "reference"
-        if inc_entry and pt.tp in inc_scope.tp and inc_scope.batch[0] <= pt.batch <= inc_scope.batch[1]:
-            inc_fn = load_compiled(ctx.root / "kernels_generated" / ctx.op / inc_entry["candidate"], arch, pt.tp, **static)
-            label = inc_label
+        if today:
+            inc_fn = load_compiled(ctx.root / "kernels_generated" / ctx.op / today, arch, pt.tp, **static)
+            label = f"promoted:{today}"
         g = torch.Generator().manual_seed(pt.batch * 1009 + pt.tp)
         base = defn.make_inputs(pt, g, "cuda")
         per_set = sum(v.numel() * v.element_size() for v in base.values())
@@ -100,8 +119,9 @@ def measure(ctx: GateContext) -> tuple[list[dict[str, Any]], dict[str, Any] | No
         del pair
     except Exception as exc:  # noqa: BLE001 - recorded; decide() then fails on the missing A/B
         layer_error = f"per-layer A/B failed: {type(exc).__name__}: {exc}"[:400]
+    labels = sorted({p["incumbent"] for p in points if "incumbent" in p})
     extra = {"arch": arch, "bandwidth_bytes_per_s": bw, "l2_bytes": l2, "calls_per_graph": calls, "rounds": rounds,
-             "incumbent": inc_label, "gpu": torch.cuda.get_device_name(0)}
+             "incumbent": ", ".join(labels) or "none", "gpu": torch.cuda.get_device_name(0)}
     if layer_error:
         extra["layer_error"] = layer_error
     return points, layer, required, extra

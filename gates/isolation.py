@@ -1,8 +1,9 @@
 """Isolation gate: the candidate's change stays inside its own folder, checked with git.
 
 Relative to the base commit, a candidate may add or change files only under
-kernels_generated/<op>/<candidate>/ and, at promotion, this op's one entry of
-kernels_generated/promoted.json. A change to a frozen path (gate code, gate config,
+kernels_generated/<op>/<candidate>/ and, at promotion, kernels_generated/promoted.json by an
+entry of this op naming this candidate (replacing at most the op's entry of the same scope, or
+this candidate's own). A change to a frozen path (gate code, gate config,
 references, any shared module) is an isolation failure: a candidate must not pass by
 moving the goalposts. The frozen files' hashes also go into the evidence record.
 (The code policy is the `static` gate; the runtime proof, trace counters > 0, is checked
@@ -25,17 +26,23 @@ class IsolationFindings:
     manifest: list[str] = field(default_factory=list)      # problems with the manifest change
 
 
-def _entries_by_op(raw: bytes | None) -> dict[str, dict]:
+def _entries_by_op(raw: bytes | None) -> dict[str, list[dict]]:
+    """op -> its entries (an op may hold several, with different scopes), each list sorted."""
     if raw is None or not raw.strip():
         return {}
     data = json.loads(raw)
     if not isinstance(data, list):
         raise ValueError(f"{MANIFEST} must be a JSON list")
-    return {str(e.get("op")): e for e in data if isinstance(e, dict)}
+    out: dict[str, list[dict]] = {}
+    for e in data:
+        if isinstance(e, dict):
+            out.setdefault(str(e.get("op")), []).append(e)
+    return {op: sorted(es, key=lambda e: json.dumps(e, sort_keys=True)) for op, es in out.items()}
 
 
 def check_manifest_change(op: str, candidate_id: str, before: bytes | None, after: bytes | None) -> list[str]:
-    """At most this op's entry may change, and only to point at this candidate."""
+    """Only this op's entries may change: an entry naming this candidate may appear, replacing
+    at most the op's entry of the same scope or this candidate's own; nothing else goes."""
     try:
         b, a = _entries_by_op(before), _entries_by_op(after)
     except (ValueError, json.JSONDecodeError) as exc:
@@ -44,8 +51,16 @@ def check_manifest_change(op: str, candidate_id: str, before: bytes | None, afte
     for other in sorted(set(a) | set(b)):
         if other != op and a.get(other) != b.get(other):
             problems.append(f"{MANIFEST}: entry of another op ('{other}') changed")
-    if op in a and a.get(op) != b.get(op) and a[op].get("candidate") != candidate_id:
-        problems.append(f"{MANIFEST}: entry for {op} names '{a[op].get('candidate')}', not this candidate")
+    added = [e for e in a.get(op, []) if e not in b.get(op, [])]
+    removed = [e for e in b.get(op, []) if e not in a.get(op, [])]
+    for e in added:
+        if e.get("candidate") != candidate_id:
+            problems.append(f"{MANIFEST}: entry for {op} names '{e.get('candidate')}', not this candidate")
+    scopes = [e.get("scope") for e in added if e.get("candidate") == candidate_id]
+    for e in removed:
+        if e.get("candidate") != candidate_id and e.get("scope") not in scopes:
+            problems.append(f"{MANIFEST}: entry for {op} naming '{e.get('candidate')}' removed, "
+                            "and this candidate does not take its scope")
     return problems
 
 

@@ -1,7 +1,9 @@
 """perf_sweep gate (GPU): every point of the declared scope, candidate vs incumbent.
 
-The incumbent is the current promoted kernel of the op if there is one, else the reference
-path. Timing (CUDA-graph replay, buffers rotated past L2, warm-up, A B B A interleaving in
+The incumbent at each point is what runs there today: the op's most specific promoted
+kernel covering it, else the reference path. A point where a narrower promoted kernel would
+keep running after this candidate's promotion is recorded as shadowed ({"point",
+"shadowed_by"}) and not timed: the candidate never runs there. Timing (CUDA-graph replay, buffers rotated past L2, warm-up, A B B A interleaving in
 one process) is the toolchain's; this gate decides:
 - no point slower than the incumbent by more than max(noise floor, k x measured noise);
 - geometric-mean speedup >= the configured margin;
@@ -19,14 +21,22 @@ from . import GateContext, GateName, GateResult, Verdict
 
 def decide(points: list[dict[str, Any]], layer: dict[str, Any] | None, required: list[str],
            config) -> tuple[Verdict, list[str], dict[str, Any]]:
-    """points: {"point", "incumbent_us", "candidate_us", "noise_rel", "floor_us"};
-    layer: {"on_us", "off_us", "noise_rel"}. Returns verdict, reasons, derived numbers."""
+    """points: {"point", "incumbent_us", "candidate_us", "noise_rel", "floor_us"}, or {"point",
+    "shadowed_by"} where a narrower promoted kernel runs; layer: {"on_us", "off_us", "noise_rel"}.
+    Returns verdict, reasons, derived numbers."""
     c = lambda n: float(config.get("perf_sweep", n))  # noqa: E731
     reasons: list[str] = []
     seen = {p["point"] for p in points}
     reasons += [f"{r}: not measured" for r in required if r not in seen]
+    shadowed = [p for p in points if "shadowed_by" in p]
+    reasons += [f"{p['point']}: shadowed by no candidate" for p in shadowed
+                if not (isinstance(p["shadowed_by"], str) and p["shadowed_by"])]
+    if points and len(shadowed) == len(points):
+        reasons.append("every point runs a narrower promoted kernel: the candidate would never run")
     speedups, derived = [], []
     for p in points:
+        if "shadowed_by" in p:
+            continue
         inc, cand, floor = float(p["incumbent_us"]), float(p["candidate_us"]), float(p["floor_us"])
         if not (inc > 0 and cand > 0 and floor >= 0 and math.isfinite(inc) and math.isfinite(cand)):
             reasons.append(f"{p['point']}: invalid timing (incumbent {inc}, candidate {cand})")

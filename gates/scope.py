@@ -67,22 +67,26 @@ def dispatch_cases(defn, scope, device: str, arch: str, fn, candidate_dir=None) 
     shape = scope.shapes[0] if scope.shapes else ""
     state = scope.state_dtypes[0] if scope.state_dtypes else defn.state_dtypes[0]
     ctx_len = 1024 if defn.uses_context else 0
-    cases: list[tuple[str, KernelScope, int, int, bool, str, str]] = []
+    cases: list[tuple[str, KernelScope, int, int, bool, str, str, str]] = []
     for tp in scope.tp:
-        cases.append((f"inside B={lo} TP{tp}", own, lo, tp, False, "kernel", "in_scope"))
-        cases.append((f"inside B={hi} TP{tp}", own, hi, tp, False, "kernel", "in_scope"))
+        cases.append((f"inside B={lo} TP{tp}", own, lo, tp, False, "kernel", "in_scope", shape))
+        cases.append((f"inside B={hi} TP{tp}", own, hi, tp, False, "kernel", "in_scope", shape))
     tp0 = scope.tp[0]
     if lo > 1:
-        cases.append((f"below B={lo - 1}", own, lo - 1, tp0, False, "fallback", "batch"))
-    cases.append((f"above B={hi + 1}", own, hi + 1, tp0, False, "fallback", "batch"))
+        cases.append((f"below B={lo - 1}", own, lo - 1, tp0, False, "fallback", "batch", shape))
+    cases.append((f"above B={hi + 1}", own, hi + 1, tp0, False, "fallback", "batch", shape))
     for tp in (8, 16):
         if tp not in scope.tp:
-            cases.append((f"undeclared TP{tp}", own, lo, tp, False, "fallback", "tp"))
+            cases.append((f"undeclared TP{tp}", own, lo, tp, False, "fallback", "tp", shape))
+    # a narrow-shape kernel must leave the op's other named shapes alone (one of them is enough)
+    other = [s for s in defn.extra.get("shape_names", ()) if scope.shapes and s not in scope.shapes]
+    if other:
+        cases.append((f"undeclared shape {other[0]}", own, lo, tp0, False, "fallback", "shape", other[0]))
     if arch not in scope.archs:
-        cases.append((f"declared archs {list(scope.archs)} on {arch}", kscope, lo, tp0, False, "fallback", "arch"))
-    cases.append(("kill switch", own, lo, tp0, True, "fallback", "disabled"))
+        cases.append((f"declared archs {list(scope.archs)} on {arch}", kscope, lo, tp0, False, "fallback", "arch", shape))
+    cases.append(("kill switch", own, lo, tp0, True, "fallback", "disabled", shape))
     out = []
-    for name, ks, batch, tp, kill, want_o, want_r in cases:
+    for name, ks, batch, tp, kill, want_o, want_r, shape in cases:
         reg = Registry()
         reg.register(defn.name, ks, fn, candidate="gate", candidate_dir=candidate_dir)
         if kill:

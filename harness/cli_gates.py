@@ -210,9 +210,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command("demote")
     def demote_cmd(op: str = typer.Argument(..., help="Op name."),
+                   candidate: Optional[str] = typer.Option(None, "--candidate",
+                                                           help="Remove only this entry (an op may hold a broad and narrower kernels)."),
                    commit: bool = typer.Option(True, "--commit/--no-commit", help="Commit on branch demote/<op>/<id>."),
                    json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-        """Remove an op's promoted kernel from the manifest: the decode path uses the reference."""
+        """Remove an op's promoted kernels (or one of them, --candidate) from the manifest: the
+        decode path uses the reference where no promoted kernel of the op is left."""
         import reference_impls
 
         from . import paths
@@ -222,7 +225,7 @@ def register(app: typer.Typer) -> None:
             reference_impls.get(op)
         except ValueError as exc:             # a typo is not "no promoted kernel"
             raise UserError(str(exc)) from None
-        _report(demote(paths.root(), op, commit=commit), json_out)
+        _report(demote(paths.root(), op, commit=commit, candidate=candidate), json_out)
 
     ci_app = typer.Typer(help="CI: verify promoted kernels, promote gated candidates.", no_args_is_help=True)
     app.add_typer(ci_app, name="ci")

@@ -119,6 +119,42 @@ def register(app: typer.Typer) -> None:
         if skipped:
             raise UserError(f"{len(skipped)} candidate folder(s) of {op} skipped as unreadable; first: {skipped[0]}")
 
+    @app.command("narrow")
+    def narrow_cmd(op: str = typer.Argument(..., help="Op name."),
+                   candidate: str = typer.Argument(..., help="Candidate id (or prefix) whose kernel to copy."),
+                   batch: Optional[str] = typer.Option(None, help="Batch range LO-HI (e.g. 1-8)."),
+                   tp: Optional[str] = typer.Option(None, help="TP degrees, comma-separated (e.g. 8)."),
+                   shapes: Optional[str] = typer.Option(None, help="Named shapes, comma-separated (e.g. mla_qkv_a)."),
+                   archs: Optional[str] = typer.Option(None, help="Archs, comma-separated (e.g. sm_90a)."),
+                   state_dtypes: Optional[str] = typer.Option(None, "--state-dtypes", help="State dtypes, comma-separated."),
+                   json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+        """Copy a candidate's kernel under a narrower scope, as a new candidate to gate: a kernel
+        that wins only at some shapes or batches can be promoted there, beside the op's broad
+        kernel (the registry runs the most specific promoted kernel covering a call)."""
+        from .narrowing import narrow_candidate
+
+        changes: dict = {}
+        if batch is not None:
+            lo, sep, hi = batch.partition("-")
+            try:
+                changes["batch"] = [int(lo), int(hi if sep else lo)]
+            except ValueError:
+                raise UserError(f"--batch takes LO-HI (e.g. 1-8), got '{batch}'") from None
+        if tp is not None:
+            changes["tp"] = _csv_ints(tp, "tp")
+        for key, raw in (("shapes", shapes), ("archs", archs), ("state_dtypes", state_dtypes)):
+            if raw is not None:
+                changes[key] = [x.strip() for x in raw.split(",") if x.strip()]
+        if not changes:
+            raise UserError("name what to narrow: --batch, --tp, --shapes, --archs or --state-dtypes")
+        parent = _cand(op, candidate)
+        cand = narrow_candidate(op, parent.id, changes)
+        if json_out:
+            print_json({"op": op, "id": cand.id, "parent": parent.id, "scope": cand.scope.to_json(), "path": str(cand.path)})
+        else:
+            console().print(f"{op}/{cand.id}: {parent.id}'s kernel, scope {cand.scope.to_json()}", markup=False)
+            console().print(f"next: harness gate {op} {cand.id}", markup=False)
+
     @app.command("check")
     def check(op: str = typer.Argument(..., help="Op name."),
               candidate: str = typer.Argument(..., help="Candidate id (or prefix) or folder."),

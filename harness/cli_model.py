@@ -37,8 +37,10 @@ def _cpu_threads() -> None:
 def _trace_doc(reg) -> dict[str, Any]:
     from . import registry
 
+    calls = reg.candidate_counters()
     return {"counters": registry.counter_rows(reg.counters()), "errors": reg.errors(),
-            "promoted": [{"op": e.op, "candidate": e.candidate} for e in reg.kernels().values()]}
+            "promoted": [{"op": e.op, "candidate": e.candidate, "scope_size": e.scope.size(),
+                          "kernel_calls": calls.get((e.op, e.candidate), 0)} for e in reg.entries()]}
 
 
 def _rows_from_file(path: Path) -> dict[str, list[dict[str, Any]]]:
@@ -118,6 +120,8 @@ def register(app: typer.Typer) -> None:
             print_json(doc)
             return
         console().print(_counter_table(f"registry trace: {config}, {steps} steps, B={batch}", doc["counters"]))
+        for e in doc["promoted"]:
+            console().print(f"{e['op']} {e['candidate']}: {e['kernel_calls']} kernel calls", markup=False)
         for op, msg in doc["errors"].items():
             console().print(f"[red]kernel error[/red] {op}: {msg}")
 

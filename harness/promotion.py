@@ -5,6 +5,9 @@ record whose hashes match the files on disk says PASS and that its numbers suppo
 verdict under the frozen config (a forged PASS does not survive `gates.suite.recheck`).
 `promote` refuses on any problem; else it writes the manifest entry {op, candidate, scope}
 and commits it, with the candidate folder and its evidence, on branch promote/<op>/<id>.
+An op may hold several entries with different scopes (a narrow kernel beside a broad one;
+the registry runs the most specific entry covering a call): a promotion replaces the op's
+entry of the same scope and keeps the others; `demote` removes one entry or all of an op's.
 `ci_verify` / `ci_promote` are the CI side.
 """
 from __future__ import annotations
@@ -150,6 +153,30 @@ def manifest_bytes(entries: list[dict[str, Any]]) -> bytes:
     return (json.dumps(sorted(entries, key=lambda e: e["op"]), indent=2) + "\n").encode()
 
 
+def promoted_ids(entries: list[dict[str, Any]]) -> dict[str, str]:
+    """Per op, its promoted candidate ids joined by "," in the order a call tries them (the most
+    specific first): the form bench_layers.py records as "promoted", so the two compare."""
+    from .registry import KernelEntry, KernelScope, by_specificity
+
+    by_op: dict[str, list[KernelEntry]] = {}
+    for e in entries:
+        by_op.setdefault(e["op"], []).append(KernelEntry(e["op"], e["candidate"], KernelScope.from_json(e["scope"])))
+    return {op: ",".join(k.candidate for k in by_specificity(ks)) for op, ks in by_op.items()}
+
+
+def primary_entries(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per op, its broadest entry (the kernel that runs wherever no narrower one does): what the
+    scorecard, the dashboard's incumbent and the agent's search compare against."""
+    from .registry import KernelScope
+
+    out: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        best = out.get(e["op"])
+        if best is None or KernelScope.from_json(e["scope"]).size() > KernelScope.from_json(best["scope"]).size():
+            out[e["op"]] = e
+    return out
+
+
 def _write_manifest(root: Path, data: bytes) -> None:
     p = root / MANIFEST_REL
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -175,7 +202,8 @@ def promote(root: Path, op: str, candidate_id: str, commit: bool = True) -> Prom
     a = assess(root, op, candidate_id)
     if a.problems:
         raise PromotionRefused(op, candidate_id, a.problems)
-    entries = [e for e in read_manifest(root) if e["op"] != op]
+    entries = [e for e in read_manifest(root)
+               if e["op"] != op or (e["scope"] != a.scope and e["candidate"] != candidate_id)]
     entries.append({"op": op, "candidate": candidate_id, "scope": a.scope})
     data = manifest_bytes(entries)
     res = PromotionResult(op, candidate_id, "promote", gates=a.gates)
@@ -194,17 +222,24 @@ def promote(root: Path, op: str, candidate_id: str, commit: bool = True) -> Prom
     return res
 
 
-def demote(root: Path, op: str, commit: bool = True) -> PromotionResult:
+def demote(root: Path, op: str, commit: bool = True, candidate: str | None = None) -> PromotionResult:
+    """Remove op's promoted entry of `candidate`, or every entry of op when None."""
     entries = read_manifest(root)
-    hit = [e for e in entries if e["op"] == op]
+    hit = [e for e in entries if e["op"] == op and candidate in (None, e["candidate"])]
     if not hit:
-        raise UserError(f"{op} has no promoted kernel")
-    data = manifest_bytes([e for e in entries if e["op"] != op])
-    res = PromotionResult(op, hit[0]["candidate"], "demote")
+        promoted = [e["candidate"] for e in entries if e["op"] == op]
+        raise UserError(f"{op} has no promoted kernel" if not promoted else
+                        f"{op}/{candidate} is not promoted (promoted: {', '.join(promoted)})")
+    rest = [e for e in entries if e not in hit]
+    data = manifest_bytes(rest)
+    ids = ",".join(e["candidate"] for e in hit)
+    res = PromotionResult(op, ids, "demote")
+    left = [e["candidate"] for e in rest if e["op"] == op]
+    after = (f"{op} keeps {', '.join(left)} where its scope covers a call, the reference elsewhere" if left
+             else f"The decode path falls back to the reference for {op}")
     if commit:                   # first, as in promote: a failed commit leaves the manifest as it was
         res.branch = f"demote/{op}/{hit[0]['candidate']}"
-        res.commit = _commit(root, res.branch, {MANIFEST_REL: data},
-                             f"demote {op}/{hit[0]['candidate']}\n\nThe decode path falls back to the reference for {op}.\n")
+        res.commit = _commit(root, res.branch, {MANIFEST_REL: data}, f"demote {op}/{ids}\n\n{after}.\n")
     _write_manifest(root, data)
     return res
 
@@ -225,8 +260,7 @@ def ci_verify(root: Path, base: str | None = None, compile_archs: bool = True) -
 
     problems: list[str] = []
     entries = read_manifest(root)
-    ops = [e["op"] for e in entries]
-    problems += [f"manifest: {op} appears {ops.count(op)} times" for op in sorted(set(ops)) if ops.count(op) > 1]
+    problems += _manifest_problems(entries)
     config = gate_config(root)
     git = _git(root)
     for e in entries:
@@ -252,12 +286,38 @@ def ci_verify(root: Path, base: str | None = None, compile_archs: bool = True) -
     return problems
 
 
+def _manifest_problems(entries: list[dict[str, Any]]) -> list[str]:
+    """Entries the registry could not tell apart: one candidate twice, or two of an op with the
+    same scope (the later would silently shadow the earlier)."""
+    problems = []
+    for i, e in enumerate(entries):
+        for f in entries[:i]:
+            if e["op"] != f["op"]:
+                continue
+            if e["candidate"] == f["candidate"]:
+                problems.append(f"manifest: {e['op']}/{e['candidate']} appears twice")
+            elif e["scope"] == f["scope"]:
+                problems.append(f"manifest: {e['op']}/{f['candidate']} and {e['candidate']} declare the same scope")
+    return problems
+
+
 def _touches(git, root: Path, base: str | None, op: str, cid: str) -> bool:
-    """Whether the change under test touches this candidate or the manifest (then its
-    isolation is re-checked; other changes are judged by the hashes in its evidence)."""
+    """Whether the change under test touches this candidate: its folder, or a manifest entry
+    naming it that the base does not hold (then its isolation is re-checked; other changes, a
+    promotion of another candidate included, are judged by the hashes in its evidence)."""
     b = git.rev(base) if base else git.default_base()
     own = f"kernels_generated/{op}/{cid}/"
-    return any(p.startswith(own) or p == MANIFEST_REL for p in git.changed_paths(b))
+    changed = git.changed_paths(b)
+    if any(p.startswith(own) for p in changed):
+        return True
+    if MANIFEST_REL not in changed:
+        return False
+    try:
+        before = json.loads(git.show(b, MANIFEST_REL) or b"[]")
+    except ValueError:
+        return True
+    mine = [e for e in read_manifest(root) if (e["op"], e["candidate"]) == (op, cid)]
+    return any(e not in before for e in mine)
 
 
 def _compile_problems(op: str, cid: str, root: Path) -> list[str]:
@@ -269,10 +329,10 @@ def _compile_problems(op: str, cid: str, root: Path) -> list[str]:
 
 
 def ci_promote(root: Path, commit: bool = True) -> list[PromotionResult | str]:
-    """Promote every gated, not yet promoted candidate whose evidence passes; one per op
-    (the best geometric-mean speedup). Returns results and one line per skipped candidate."""
+    """Promote every gated, not yet promoted candidate whose evidence passes; one per op and
+    scope (the best geometric-mean speedup). Returns results and one line per skipped candidate."""
     promoted = {(e["op"], e["candidate"]) for e in read_manifest(root)}
-    best: dict[str, tuple[float, str]] = {}
+    best: dict[tuple[str, str], tuple[float, str]] = {}
     out: list[PromotionResult | str] = []
     kdir = root / "kernels_generated"
     for evdir in sorted(kdir.glob(f"*/*/{ev.EVIDENCE_DIR}")):
@@ -284,9 +344,10 @@ def ci_promote(root: Path, commit: bool = True) -> list[PromotionResult | str]:
             out.append(f"{op}/{cid}: not promoted: {a.problems[0]}")
             continue
         speed = _geomean(root, op, cid)
-        if op not in best or speed > best[op][0]:
-            best[op] = (speed, cid)
-    for op, (_, cid) in sorted(best.items()):
+        slot = (op, json.dumps(a.scope, sort_keys=True))
+        if slot not in best or speed > best[slot][0]:
+            best[slot] = (speed, cid)
+    for (op, _), (_, cid) in sorted(best.items()):
         out.append(promote(root, op, cid, commit=commit))
     return out
 

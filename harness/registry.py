@@ -9,7 +9,12 @@ reference. Every call increments one counter (op, outcome, reason), so a test, t
 numerics gate and `harness trace` can prove which path ran and why it was left.
 
 Promoted kernels come from kernels_generated/promoted.json, a list of
-{"op", "candidate", "scope"}; a candidate is compiled through an injected loader
+{"op", "candidate", "scope"}. An op may hold several: a broad kernel and narrower ones (one
+shape, one batch range) beside it. A call goes to the most specific entry whose scope covers
+it (`KernelScope.size`: fewest points; among equals the one registered last), so a narrow
+kernel wins inside its scope and the broad one runs everywhere else. Kernel calls are also
+counted per candidate (`candidate_counters`), so a trace names which entry ran. A candidate
+is compiled through an injected loader
 `load_compiled(candidate_dir, arch, tp, **static) -> callable(**tensors)` that writes
 outputs (and STATE tensors) in place. Importable without a GPU, CuTe DSL or pydantic.
 """
@@ -78,6 +83,52 @@ class KernelScope:
         return cls(archs=tuple(d.get("archs", ())), tp=tuple(int(t) for t in d.get("tp", ())),
                    batch=(int(lo), int(hi)), dtypes=tuple(d.get("dtypes", ())),
                    state_dtypes=tuple(d.get("state_dtypes", ())), shapes=tuple(d.get("shapes", ())))
+
+    def size(self) -> int:
+        """How many (arch, tp, batch, dtype, state dtype, shape) combinations the scope admits,
+        an empty tuple ("any") counting as _ANY values: the registry's measure of specificity.
+        A scope inside another (`covers`) is never larger."""
+        n = self.batch[1] - self.batch[0] + 1
+        for dim in (self.archs, self.tp, self.dtypes, self.state_dtypes, self.shapes):
+            n *= len(dim) if dim else _ANY
+        return max(n, 0)
+
+    def covers(self, other: "KernelScope") -> bool:
+        """Whether every call `other` admits is inside this scope too."""
+        def within(inner: tuple, outer: tuple) -> bool:
+            return not outer or (bool(inner) and set(inner) <= set(outer))
+        return (self.batch[0] <= other.batch[0] and other.batch[1] <= self.batch[1]
+                and all(within(a, b) for a, b in ((other.archs, self.archs), (other.tp, self.tp),
+                                                  (other.dtypes, self.dtypes),
+                                                  (other.state_dtypes, self.state_dtypes),
+                                                  (other.shapes, self.shapes))))
+
+    def admits(self, arch: str, tp: int, batch: int, dtype: str, state_dtype: str, shape: str) -> Reason | None:
+        """None when a call with these keys is inside the scope, else the first key outside it
+        (the op's true shapes are checked by the registry on top)."""
+        if self.archs and arch not in self.archs:
+            return Reason.ARCH
+        if self.tp and tp not in self.tp:
+            return Reason.TP
+        if not self.batch[0] <= batch <= self.batch[1]:
+            return Reason.BATCH
+        if self.dtypes and dtype not in self.dtypes:
+            return Reason.DTYPE
+        if self.state_dtypes and state_dtype not in self.state_dtypes:
+            return Reason.DTYPE
+        if self.shapes and shape not in self.shapes:
+            return Reason.SHAPE
+        return None
+
+
+_ANY = 1 << 10        # what an empty ("any") scope dimension counts in KernelScope.size
+
+
+def by_specificity(entries: "list[KernelEntry]") -> "list[KernelEntry]":
+    """`entries` (in registration order) in the order a call tries them: the smallest scope
+    first; among equal sizes the one registered last first."""
+    order = sorted(range(len(entries)), key=lambda i: (entries[i].scope.size(), -i))
+    return [entries[i] for i in order]
 
 
 @dataclass
@@ -155,21 +206,30 @@ class Registry:
         op's true per-rank shapes."""
         self._loader: Loader = loader or _default_loader
         self._check_shapes = check_shapes
-        self._kernels: dict[str, KernelEntry] = {}
+        self._kernels: dict[str, list[KernelEntry]] = {}     # op -> entries in registration order
         self._disabled: set[str] = set()
         self._counts: Counter[TraceKey] = Counter()
+        self._by_candidate: Counter[tuple[str, str]] = Counter()   # (op, candidate) -> kernel calls
         self._errors: dict[str, str] = {}
         self._lock = threading.Lock()
 
     # ---- what is registered ---------------------------------------------------------
     def register(self, op: str, scope: KernelScope, fn: KernelFn | None = None, *,
                  candidate: str = "direct", candidate_dir: Path | None = None) -> None:
+        """Add a kernel for `op`. It replaces the op's entry of the same candidate id or the same
+        scope; entries with other scopes stay (the most specific one covering a call runs it)."""
         if fn is None and candidate_dir is None:
             raise ValueError("register needs a callable or a candidate folder")
-        self._kernels[op] = KernelEntry(op, candidate, scope, fn, candidate_dir)
+        kept = [e for e in self._kernels.get(op, []) if e.candidate != candidate and e.scope != scope]
+        self._kernels[op] = kept + [KernelEntry(op, candidate, scope, fn, candidate_dir)]
 
-    def unregister(self, op: str) -> None:
-        self._kernels.pop(op, None)
+    def unregister(self, op: str, candidate: str | None = None) -> None:
+        """Remove op's entry of `candidate`, or every entry of op when None."""
+        kept = [e for e in self._kernels.get(op, []) if candidate is not None and e.candidate != candidate]
+        if kept:
+            self._kernels[op] = kept
+        else:
+            self._kernels.pop(op, None)
 
     def load_manifest(self, manifest: Path, kernels_dir: Path | None = None) -> int:
         """Register every entry of promoted.json; returns how many. Missing file = none."""
@@ -182,8 +242,11 @@ class Registry:
                           candidate_dir=base / e["op"] / e["candidate"])
         return len(entries)
 
-    def kernels(self) -> dict[str, KernelEntry]:
-        return dict(self._kernels)
+    def entries(self, op: str | None = None) -> list[KernelEntry]:
+        """The registered kernels (of `op`, or of every op by name), each op's in the order a
+        call tries them (`by_specificity`)."""
+        ops = [op] if op is not None else sorted(self._kernels)
+        return [e for o in ops for e in by_specificity(self._kernels.get(o, []))]
 
     # ---- kill switch ----------------------------------------------------------------
     def disable(self, *ops: str) -> None:
@@ -220,17 +283,25 @@ class Registry:
         with self._lock:
             return dict(self._counts)
 
+    def candidate_counters(self) -> dict[tuple[str, str], int]:
+        """Kernel calls per (op, candidate): which of an op's entries ran."""
+        with self._lock:
+            return dict(self._by_candidate)
+
     def errors(self) -> dict[str, str]:
         return dict(self._errors)
 
     def reset_counters(self) -> None:
         with self._lock:
             self._counts.clear()
+            self._by_candidate.clear()
             self._errors.clear()
 
-    def _count(self, op: str, outcome: Outcome, reason: Reason) -> None:
+    def _count(self, op: str, outcome: Outcome, reason: Reason, candidate: str = "") -> None:
         with self._lock:
             self._counts[TraceKey(op, outcome, reason)] += 1
+            if candidate:
+                self._by_candidate[(op, candidate)] += 1
 
     # ---- dispatch -------------------------------------------------------------------
     def run(self, op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, site: str = "",
@@ -260,19 +331,24 @@ class Registry:
         return reason is None and not self._failed_before(entry, info)
 
     def _route(self, op: str, inputs: Mapping[str, torch.Tensor], tp: int, static: Mapping[str, str]):
-        """(definition, entry, call info, point, reason): reason None when op's kernel is registered,
-        enabled and the call lies inside its scope, else why the call falls back."""
+        """(definition, entry, call info, point, reason): reason None when one of op's kernels is
+        registered, enabled and the call lies inside its scope (the most specific such entry),
+        else why the call falls back (the broadest entry's reason)."""
         import reference_impls  # noqa: PLC0415 - reference_impls imports harness.opdef
 
         defn = reference_impls.get(op)
-        entry = self._kernels.get(op)
-        if entry is None:
+        entries = by_specificity(self._kernels.get(op, []))
+        if not entries:
             return defn, None, None, None, Reason.NO_KERNEL
         if self.is_disabled(op):
-            return defn, entry, None, None, Reason.DISABLED
+            return defn, entries[-1], None, None, Reason.DISABLED
         info = _call_info(defn, inputs, tp, static)
-        reason, point = _scope_check(defn, entry.scope, info, inputs, self._check_shapes)
-        return defn, entry, info, point, reason
+        reason = Reason.NO_KERNEL
+        for entry in entries:
+            reason, point = _scope_check(defn, entry.scope, info, inputs, self._check_shapes)
+            if reason is None:
+                return defn, entry, info, point, None
+        return defn, entries[-1], info, None, reason
 
     @staticmethod
     def _failed_before(entry: KernelEntry, info: CallInfo) -> bool:
@@ -287,7 +363,7 @@ class Registry:
         except Exception as exc:  # a broken kernel must never take the decode path down
             self._errors[op] = f"{site or op}: {type(exc).__name__}: {exc}"
             return self._fallback(defn, op, inputs, Reason.ERROR)
-        self._count(op, Outcome.KERNEL, Reason.IN_SCOPE)
+        self._count(op, Outcome.KERNEL, Reason.IN_SCOPE, entry.candidate)
         from harness.opdef import Role  # noqa: PLC0415
 
         outs.update({s.name: inputs[s.name] for s in defn.inputs if s.role is Role.STATE})
@@ -362,20 +438,10 @@ def _scope_check(defn, scope: KernelScope, info: CallInfo, inputs: Mapping[str, 
     """(None, point) when the call is inside `scope`, else (reason, None)."""
     from harness.opdef import Point  # noqa: PLC0415
 
-    if scope.archs and info.arch not in scope.archs:
-        return Reason.ARCH, None
-    if scope.tp and info.tp not in scope.tp:
-        return Reason.TP, None
-    if not scope.batch[0] <= info.batch <= scope.batch[1]:
-        return Reason.BATCH, None
-    if scope.dtypes and info.dtype not in scope.dtypes:
-        return Reason.DTYPE, None
-    static = dict(info.static)
-    if scope.state_dtypes and info.state_dtype not in scope.state_dtypes:
-        return Reason.DTYPE, None
-    shape_name = static.get("shape", "")
-    if scope.shapes and shape_name not in scope.shapes:
-        return Reason.SHAPE, None
+    shape_name = dict(info.static).get("shape", "")
+    outside = scope.admits(info.arch, info.tp, info.batch, info.dtype, info.state_dtype, shape_name)
+    if outside is not None:
+        return outside, None
     # The tensors must have the op's true per-rank shapes (a tiny test model never does).
     try:
         kw = dict(batch=info.batch, tp=info.tp, shape=shape_name,

@@ -338,12 +338,12 @@ class LayerTable:
 
 def layer_tables(root: Path = ROOT, results: Path | None = None,
                  files: list[tuple[Path, dict]] | None = None) -> list[LayerTable]:
-    from harness.promotion import read_manifest
+    from harness.promotion import promoted_ids, read_manifest
 
     files = json_files(results or root / "results", root) if files is None else files
     latest = {(data["config"], data.get("context")): (path, data)                       # oldest first
               for path, data in files if _is_layers(data)}
-    promoted_now = {e["op"]: e["candidate"] for e in read_manifest(root)}
+    promoted_now = promoted_ids(read_manifest(root))
     out = []
     for (config, context), (path, data) in sorted(latest.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
         by = {(r["batch"], r["layer"], r["kernels"]): r for r in data["rows"]}

@@ -98,15 +98,16 @@ def search_points(cand, tp: int) -> list:
 
 
 def promoted_candidate(op: str) -> Any:
-    """The op's promoted kernel (kernels_generated/promoted.json) as a loaded Candidate, or None
-    when the op has none or its entry cannot be loaded (the search then goes on without it)."""
+    """The op's promoted kernel (kernels_generated/promoted.json; its broadest entry when it has
+    several) as a loaded Candidate, or None when the op has none or its entry cannot be loaded
+    (the search then goes on without it)."""
     from ..errors import UserError
     from ..paths import root
-    from ..promotion import read_manifest
+    from ..promotion import primary_entries, read_manifest
     from ..toolchain.candidate import load_candidate
 
     try:
-        entry = next((e for e in read_manifest(root()) if e["op"] == op), None)
+        entry = primary_entries(read_manifest(root())).get(op)
         return load_candidate(op, entry["candidate"]) if entry else None
     except (UserError, OSError, ValueError, KeyError):
         return None

@@ -21,14 +21,14 @@ def collect(root: Path) -> SiteData:
     import reference_impls
 
     warnings: list[str] = []
-    manifest = _manifest(root, warnings)
+    manifest, promoted = _manifest(root, warnings)
     runs = collect_runs(root / "runs", warnings)
     run_recs = _run_candidate_records(runs)
     history, note = promotion_history(root)
     ops = []
     for name in reference_impls.OP_NAMES:
         defn = reference_impls.get(name)
-        cands = _candidates(root, name, manifest.get(name), run_recs, warnings)
+        cands = _candidates(root, name, promoted, run_recs, warnings)
         op = OpView(name=name, summary=defn.summary, incumbent=manifest.get(name), best=_best(cands),
                     state=PromotionState.NONE, candidates=cands)
         op.state = _state(op)
@@ -59,14 +59,16 @@ def _benchmarks(root: Path, warnings: list[str]) -> tuple[list[Any], list[Any]]:
         return [], []
 
 
-def _manifest(root: Path, warnings: list[str]) -> dict[str, str]:
-    from ..promotion import read_manifest
+def _manifest(root: Path, warnings: list[str]) -> tuple[dict[str, str], set[str]]:
+    """(op -> its broadest promoted candidate, the incumbent; every promoted candidate id)."""
+    from ..promotion import primary_entries, read_manifest
 
     try:
-        return {e["op"]: e["candidate"] for e in read_manifest(root)}
+        entries = read_manifest(root)
+        return {op: e["candidate"] for op, e in primary_entries(entries).items()}, {e["candidate"] for e in entries}
     except UserError as exc:
         warnings.append(str(exc))
-        return {}
+        return {}, set()
 
 
 def _run_candidate_records(runs: list[RunView]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
@@ -78,19 +80,19 @@ def _run_candidate_records(runs: list[RunView]) -> dict[str, list[tuple[str, dic
     return out
 
 
-def _candidates(root: Path, op: str, incumbent: str | None, run_recs, warnings: list[str]) -> list[CandidateView]:
+def _candidates(root: Path, op: str, promoted: set[str], run_recs, warnings: list[str]) -> list[CandidateView]:
     from ..toolchain.candidate import KERNEL_FILE, scan_candidates
 
     scan = scan_candidates(op, root / "kernels_generated")
     out = []
     for cand in scan.candidates:
         p = cand.provenance
-        out.append(CandidateView(op=op, id=cand.path.name, promoted=cand.path.name == incumbent, author=p.author,
+        out.append(CandidateView(op=op, id=cand.path.name, promoted=cand.path.name in promoted, author=p.author,
                                  parent=p.parent, created_utc=p.created_utc, template=p.template,
                                  scope=cand.scope.to_json(), source=cand.source))
     for folder, why in scan.unreadable:
         k = folder / KERNEL_FILE
-        out.append(CandidateView(op=op, id=folder.name, promoted=folder.name == incumbent, load_error=why,
+        out.append(CandidateView(op=op, id=folder.name, promoted=folder.name in promoted, load_error=why,
                                  source=k.read_text(errors="replace") if k.is_file() else ""))
         warnings.append(f"{op}/{folder.name}: {why}")
     for cv in out:

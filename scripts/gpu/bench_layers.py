@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict:
             result["registry"][mode] = {f"{k.op} {k.outcome.value} {k.reason.value}": n
                                         for k, n in sorted(reg.counters().items(), key=lambda kv: str(kv[0]))}
             if mode == "on":   # which candidate of each op the "on" side loaded, so the table is traceable
-                result["promoted"] = {op: e.candidate for op, e in sorted(reg.kernels().items())}
+                result["promoted"] = {e.op: ",".join(x.candidate for x in reg.entries(e.op)) for e in reg.entries()}
     if a.kernels == "both":
         result["on_off_table"] = on_off_table(result["rows"])
         print("\n".join(result["on_off_table"]))

@@ -75,3 +75,17 @@ def test_model_pass_and_failures():
                 {"max_kl": 1.0}):
         assert numerics_model.decide(_runs(**bad), CFG)[0] is Verdict.FAIL, bad
     assert numerics_model.decide(_runs()[1:], CFG)[0] is Verdict.FAIL
+
+
+def test_perf_shadowed_points_count_as_measured_and_stay_out_of_the_geomean():
+    """A point where a narrower promoted kernel keeps running is recorded, not timed."""
+    pts = _perf()
+    pts[1] = {"point": PTS[1], "shadowed_by": "0a11"}
+    v, reasons, d = perf_sweep.decide(pts, LAYER, PTS, CFG)
+    assert v is Verdict.PASS, reasons
+    assert [p["point"] for p in d["per_point"]] == [PTS[0]] and abs(d["geomean_speedup"] - 2.0) < 1e-9
+    every = [{"point": p, "shadowed_by": "0a11"} for p in PTS]
+    v, reasons, _ = perf_sweep.decide(every, LAYER, PTS, CFG)
+    assert v is Verdict.FAIL and any("would never run" in r for r in reasons)
+    pts[1]["shadowed_by"] = ""
+    assert perf_sweep.decide(pts, LAYER, PTS, CFG)[0] is Verdict.FAIL

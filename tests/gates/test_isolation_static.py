@@ -40,6 +40,25 @@ def test_decide_manifest_only_own_entry():
     assert isolation.decide(OP, "abc", [m], FROZEN, before, wrong)[0] is Verdict.FAIL
 
 
+def test_decide_manifest_entries_of_one_op_by_scope():
+    """An op may hold a broad and a narrow entry: this candidate may add one, replace the op's
+    entry of its own scope or its own entry; it may not drop or rewrite another of the op's."""
+    broad = {"op": OP, "candidate": "b", "scope": {"batch": [1, 64]}}
+    narrow = {"op": OP, "candidate": "n", "scope": {"batch": [1, 8]}}
+    m = "kernels_generated/promoted.json"
+
+    def verdict(before, after):
+        return isolation.decide(OP, "abc", [m], FROZEN, json.dumps(before).encode(), json.dumps(after).encode())[0]
+    mine_narrow = {"op": OP, "candidate": "abc", "scope": {"batch": [1, 8]}}
+    mine_other = {"op": OP, "candidate": "abc", "scope": {"batch": [1, 2]}}
+    assert verdict([broad], [broad, mine_narrow]) is Verdict.PASS            # beside the broad one
+    assert verdict([broad, narrow], [broad, mine_narrow]) is Verdict.PASS    # takes the narrow one's scope
+    assert verdict([broad, mine_narrow], [broad, mine_other]) is Verdict.PASS  # its own entry, new scope
+    assert verdict([broad, narrow], [broad, mine_other]) is Verdict.FAIL     # drops another scope's entry
+    assert verdict([broad, narrow], [mine_narrow]) is Verdict.FAIL           # drops the broad one
+    assert verdict([broad], [broad, {**narrow, "candidate": "zzz"}]) is Verdict.FAIL
+
+
 def test_isolation_run_clean_candidate_passes(repo):
     root, _ = repo
     cid = make_candidate(root, KERNEL_SRC + "\n# variant\n")           # new, uncommitted candidate

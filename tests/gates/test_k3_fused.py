@@ -45,3 +45,16 @@ def test_an_op_nothing_replaces_keeps_every_promoted_kernel():
     pair = _k3.build_pair("moe_router", None, paths.root(), "tiny", 0, "cpu", on_fn=reference_kernel("moe_router"))
     assert pair.fused_off == ()
     assert not pair.reg_on.is_disabled("gemm_situ_and_mul")
+
+
+def test_the_pair_counts_the_candidates_own_calls_not_a_narrower_kernel_of_its_op():
+    """With a narrower kernel of the op on the on path (a promoted one the candidate would not
+    replace), the calls it serves are not the candidate's: the gates count the candidate's."""
+    pair = _k3.build_pair("situ_and_mul", None, paths.root(), "tiny", 0, "cpu", on_fn=reference_kernel("situ_and_mul"))
+    assert pair.candidate == "test-fn"
+    r = _k3.lockstep(pair, _k3.prompts(pair.tokenizer, 1, 2), 2, SamplingParams())
+    assert r["kernel_calls_on"] > 0 and r["trace"]["on_by_candidate"] == {"test-fn": r["kernel_calls_on"]}
+    cpu_only = KernelScope(archs=("cpu",), tp=(), batch=(1, 1 << 30), dtypes=())
+    pair.reg_on.register("situ_and_mul", cpu_only, reference_kernel("situ_and_mul"), candidate="narrower")
+    r = _k3.lockstep(pair, _k3.prompts(pair.tokenizer, 1, 2), 2, SamplingParams())
+    assert r["kernel_calls_on"] == 0 and r["trace"]["on_by_candidate"]["narrower"] > 0

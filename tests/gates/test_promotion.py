@@ -68,7 +68,7 @@ def test_promote_then_registry_then_demote(repo):
     assert f"kernels_generated/{OP}/{cid}/kernel.py" in git(root, "ls-tree", "-r", "--name-only", res.branch)
     reg = Registry()
     assert reg.load_manifest(root / "kernels_generated" / "promoted.json") == 1
-    k = reg.kernels()[OP]
+    (k,) = reg.entries(OP)
     assert k.candidate == cid and k.scope.batch == (1, 2) and k.scope.archs == ("sm_90a",)
     assert ci_verify(root, compile_archs=False) == []
     demote(root, OP)
@@ -172,3 +172,72 @@ def test_a_numerics_model_pass_counts_only_on_a_k3_rank_config(model_config, acc
     numbers["model_config"] = model_config
     problems = recheck("numerics_model", numbers, "moe_router", cand.scope, load_config(root / "gates" / "gate_config.toml"))
     assert (problems == []) is accepted, problems
+
+
+def _second_candidate(root, scope: dict, tag: str) -> str:
+    """A committed, gated moe_router candidate of `scope` (what is there before is committed first:
+    the isolation gate takes an uncommitted record of another candidate for a change outside it)."""
+    from gate_repo_helpers import KERNEL_SRC, git, make_candidate
+
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "--allow-empty", "-m", "before")
+    cid = make_candidate(root, KERNEL_SRC + f"\n# {tag}\n", scope)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", f"candidate {tag}")
+    _gate(root, cid)
+    return cid
+
+
+def test_a_narrow_promotion_keeps_the_broad_kernel_and_demote_removes_one(repo):
+    """An op holds a broad kernel and a narrower one; promoting one of the same scope replaces
+    only that one; `demote --candidate` removes one entry, `demote` every entry of the op."""
+    from gate_repo_helpers import NARROW_SCOPE
+
+    root, narrow = repo
+    _gate(root, narrow)
+    broad = _second_candidate(root, {**NARROW_SCOPE, "batch": [1, 4]}, "broad")
+    from gate_repo_helpers import git
+
+    promote(root, OP, broad, commit=False)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "promote broad")             # landed: the narrow one is the next change
+    promote(root, OP, narrow, commit=False)
+    assert [e["candidate"] for e in read_manifest(root)] == [broad, narrow]
+    reg = Registry()
+    reg.load_manifest(root / "kernels_generated" / "promoted.json")
+    assert [(e.candidate, e.scope.batch) for e in reg.entries(OP)] == [(narrow, (1, 2)), (broad, (1, 4))]
+    assert ci_verify(root, compile_archs=False) == []
+
+    same = _second_candidate(root, NARROW_SCOPE, "same scope as narrow")
+    promote(root, OP, same, commit=False)
+    assert [e["candidate"] for e in read_manifest(root)] == [broad, same]
+    with pytest.raises(UserError, match=f"{OP}/{narrow} is not promoted"):
+        demote(root, OP, commit=False, candidate=narrow)
+    res = demote(root, OP, candidate=same)
+    assert [e["candidate"] for e in read_manifest(root)] == [broad]
+    assert f"{OP} keeps {broad}" in git(root, "log", "-1", "--format=%B", res.branch)
+    promote(root, OP, same, commit=False)
+    assert demote(root, OP, commit=False).candidate_id == f"{broad},{same}"
+    assert read_manifest(root) == []
+
+
+def test_ci_verify_flags_two_entries_of_one_scope(repo):
+    root, cid = repo
+    _gate(root, cid)
+    promote(root, OP, cid, commit=False)
+    (entry,) = read_manifest(root)
+    (root / "kernels_generated" / "promoted.json").write_text(json.dumps([entry, {**entry, "candidate": "0" * 12}]))
+    assert any(f"{OP}/{cid} and {'0' * 12} declare the same scope" in p for p in ci_verify(root, compile_archs=False))
+    (root / "kernels_generated" / "promoted.json").write_text(json.dumps([entry, entry]))
+    assert any(f"{OP}/{cid} appears twice" in p for p in ci_verify(root, compile_archs=False))
+
+
+def test_primary_entries_and_promoted_ids_order_by_scope():
+    from harness.promotion import primary_entries, promoted_ids
+
+    broad = {"op": OP, "candidate": "b", "scope": {"archs": ["sm_90a"], "tp": [8, 16], "batch": [1, 64]}}
+    narrow = {"op": OP, "candidate": "n", "scope": {"archs": ["sm_90a"], "tp": [8], "batch": [1, 8]}}
+    other = {"op": "attn_res", "candidate": "a", "scope": {"archs": ["sm_90a"], "tp": [8], "batch": [1, 64]}}
+    for entries in ([broad, narrow, other], [narrow, broad, other]):
+        assert primary_entries(entries) == {OP: broad, "attn_res": other}
+        assert promoted_ids(entries) == {OP: "n,b", "attn_res": "a"}
