@@ -117,6 +117,8 @@ class OpCard:
     best_run: str = ""             # the one run covering most scope points ("one table from one run")
     best_run_points: int = 0
     best_run_compile_points: int = 0
+    kept_by: dict[str, list[str]] = field(default_factory=dict)   # narrower promoted id -> its points' labels
+    same_kernel: list[str] = field(default_factory=list)          # other ids whose rows count (same kernel.py)
 
     def met(self, target: str) -> tuple[int, int]:
         judged = [m.verdicts[target] for m in self.measured if target in m.verdicts]
@@ -240,20 +242,49 @@ def scope_points(scope: dict) -> list[Point]:
             for shape in (scope.get("shapes") or [""]) for sd in (scope.get("state_dtypes") or [""])]
 
 
-def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], root: Path) -> OpCard:
+def _inside(p: Point, scope: dict) -> bool:
+    """Whether a row's point lies in the card's scope (a run may time a kernel beyond it)."""
+    lo, hi = scope.get("batch", [1, 64])
+    return (lo <= p.batch <= hi and p.tp in scope.get("tp", [8, 16])
+            and (not scope.get("shapes") or p.shape in scope["shapes"])
+            and (not scope.get("state_dtypes") or p.state_dtype in scope["state_dtypes"]))
+
+
+def same_kernel_ids(op: str, candidate: str, root: Path) -> list[str]:
+    """The other candidates of `op` under root whose kernel.py is byte-identical to `candidate`'s:
+    one compiled kernel (the compile key is source, arch, TP, static key), so a benchmark row of
+    one is a row of the other. A narrow copy (`harness narrow`) shares its parent's rows."""
+    base = root / "kernels_generated" / op
+    try:
+        mine = (base / candidate / "kernel.py").read_bytes()
+    except OSError:
+        return []
+    return sorted(d.name for d in base.iterdir()
+                  if d.name != candidate and (d / "kernel.py").is_file() and (d / "kernel.py").read_bytes() == mine)
+
+
+def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], root: Path,
+         kept_by: dict[Point, str] | None = None) -> OpCard:
+    """`kept_by`: points of the scope where a narrower promoted kernel of the op runs (point ->
+    its id): left out of this card, judged on that kernel's card."""
     latest: dict[Point, Measurement] = {}
     compile_at: dict[Point, tuple[float, str]] = {}
     eager_at: dict[Point, tuple[float, str]] = {}
-    in_scope = scope_points(scope)
+    kept_by = kept_by or {}
+    in_scope = [p for p in scope_points(scope) if p not in kept_by]
+    twins = same_kernel_ids(op, candidate, root)
+    ids = [candidate, *twins]
     runs: dict[str, tuple[set[str], set[str]]] = {}    # file -> (works measured, of them with compile)
     for path, data in files:                                   # oldest first: later files overwrite
         rec = data["ops"].get(op) if is_bench_run(data) else None
         if not rec:
             continue
         src, launch_us = _rel(path, root), _launch_floor_us(data)
-        col = next((label for label, info in rec.get("candidates", {}).items() if info.get("id") == candidate), None)
+        col = next((label for i in ids for label, info in rec.get("candidates", {}).items() if info.get("id") == i), None)
         for row in rec.get("rows", []):
             p, times = _point(row, scope), row.get("times", {})
+            if p in kept_by or not _inside(p, scope):
+                continue
             comp = _median(times, "compile")
             if comp is not None:
                 compile_at[p] = (comp, src)
@@ -283,7 +314,12 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
     cover = {src: (sum(_work(op, p) in w for p in in_scope), sum(_work(op, p) in wc for p in in_scope))
              for src, (w, wc) in runs.items()}
     best = max(reversed(list(cover.items())), key=lambda kv: kv[1], default=("", (0, 0)))   # ties: the newest run
-    return OpCard(op, candidate, measured, unmeasured, len(in_scope), best[0], *best[1])
+    kept: dict[str, list[str]] = {}
+    for pt, cid in sorted(kept_by.items()):
+        kept.setdefault(cid, []).append(pt.label())
+    used = sorted({info.get("id") for _, data in files if is_bench_run(data) and data["ops"].get(op)
+                   for info in data["ops"][op].get("candidates", {}).values()} & set(twins))
+    return OpCard(op, candidate, measured, unmeasured, len(in_scope), best[0], *best[1], kept_by=kept, same_kernel=used)
 
 
 @functools.lru_cache(maxsize=None)
@@ -307,7 +343,26 @@ def scorecards(root: Path = ROOT, results: Path | None = None, ops: list[str] | 
 
     manifest = read_manifest(root)
     files = json_files(results or root / "results", root) if files is None else files
-    return [card(e["op"], e["candidate"], e["scope"], files, root) for e in manifest if not ops or e["op"] in ops]
+    return [card(e["op"], e["candidate"], e["scope"], files, root, kept_by=_kept_by(e, manifest))
+            for e in manifest if not ops or e["op"] in ops]
+
+
+def _kept_by(entry: dict, manifest: list[dict]) -> dict[Point, str]:
+    """The points of `entry`'s scope where the registry would run another promoted entry of its op
+    (a narrower one) on the H200: point -> that entry's candidate id."""
+    from harness.registry import KernelEntry, KernelScope, by_specificity
+
+    mine = [KernelEntry(e["op"], e["candidate"], KernelScope.from_json(e["scope"]))
+            for e in manifest if e["op"] == entry["op"]]
+    if len(mine) < 2:
+        return {}
+    out = {}
+    for p in scope_points(entry["scope"]):
+        hit = next((k for k in by_specificity(mine)
+                    if k.scope.admits("sm_90a", p.tp, p.batch, "bf16", p.state_dtype, p.shape) is None), None)
+        if hit is not None and hit.candidate != entry["candidate"]:
+            out[p] = hit.candidate
+    return out
 
 
 @dataclass
@@ -457,6 +512,11 @@ def summary_lines(c: OpCard) -> list[str]:
     if c.best_run:
         lines.append(f"largest single run: {c.best_run}, {c.best_run_points} of {c.scope_points} scope points, "
                      f"{c.best_run_compile_points} of them with torch.compile")
+    for cid, labels in c.kept_by.items():
+        lines.append(f"{len(labels)} more points of its scope run the narrower promoted {cid} (its card): "
+                     + ", ".join(labels[:4]) + (", ..." if len(labels) > 4 else ""))
+    if c.same_kernel:
+        lines.append(f"rows of {', '.join(c.same_kernel)} count as its own: the same kernel.py")
     return lines
 
 

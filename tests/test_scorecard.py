@@ -197,13 +197,15 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
 
 def test_committed_results_cover_every_promoted_op(sc):
     cards = sc.scorecards()
-    manifest = {e["op"]: e for e in json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())}
-    assert [c.op for c in cards] == list(manifest)
+    entries = json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())
+    manifest = {(e["op"], e["candidate"]): e for e in entries}
+    assert [(c.op, c.candidate) for c in cards] == list(manifest)     # one card per promoted kernel
     for c in cards:
         assert c.measured, c.op
         assert all(m.floor_us > 0 and m.ours_us > 0 and "floor" in m.verdicts for m in c.measured)
-        scope = sc.scope_points(manifest[c.op]["scope"])
-        assert c.scope_points == len(scope) and set(c.unmeasured) <= set(scope)
+        scope = sc.scope_points(manifest[c.op, c.candidate]["scope"])
+        kept = sum(len(v) for v in c.kept_by.values())                # points a narrower kernel runs
+        assert c.scope_points + kept == len(scope) and set(c.unmeasured) <= set(scope)
         assert 0 < c.best_run_points <= c.scope_points and c.best_run_compile_points <= c.best_run_points
 
 
@@ -355,3 +357,26 @@ def test_a_results_folder_without_benchmarks_and_an_empty_project_are_errors(sc,
     assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr
     assert p.stderr.strip().splitlines() == [f"harness: error: {empty} holds no benchmark JSON "
                                              "(scripts/gpu/bench_kernels.py or bench_layers.py output)"]
+
+
+def test_a_narrow_entry_takes_its_points_and_a_same_kernel_twins_rows(sc, tmp_path):
+    """Two promoted situ_and_mul kernels: the broad one (B 1..4) and a narrow copy (B 1..2) of
+    another candidate whose kernel.py it shares. The broad card leaves B 1, 2 to the narrow card,
+    which reads the twin's rows as its own; rows outside a card's scope are not on it."""
+    res = _results(tmp_path, [1, 4])
+    kg = tmp_path / "kernels_generated" / "situ_and_mul"
+    for cid, src in (("abc123def456", "broad"), ("0a11ce000001", "narrow"), ("7e1ce0000002", "narrow")):
+        (kg / cid).mkdir(parents=True)
+        (kg / cid / "kernel.py").write_text(src)
+    manifest = json.loads((tmp_path / "kernels_generated" / "promoted.json").read_text())
+    narrow = {**manifest[0], "candidate": "0a11ce000001", "scope": {**manifest[0]["scope"], "batch": [1, 2]}}
+    (tmp_path / "kernels_generated" / "promoted.json").write_text(json.dumps(manifest + [narrow]))
+    _bench(res / "a.json", [_row(1, 2.0), _row(2, 2.0), _row(4, 2.0)])                  # the broad kernel
+    _bench(res / "b.json", [_row(1, 1.0), _row(2, 1.0), _row(4, 1.0)], cand_id="7e1ce0000002")  # the twin
+    broad, small = sc.scorecards(tmp_path, res)
+    assert broad.candidate == "abc123def456" and [m.point.batch for m in broad.measured] == [4]
+    assert broad.kept_by == {"0a11ce000001": ["TP8 B=1", "TP8 B=2"]} and broad.scope_points == 1
+    assert small.candidate == "0a11ce000001" and [m.point.batch for m in small.measured] == [1, 2]
+    assert {m.ours_us for m in small.measured} == {1.0} and small.same_kernel == ["7e1ce0000002"]
+    text = sc.render(small) + sc.render(broad)
+    assert "rows of 7e1ce0000002 count as its own" in text and "run the narrower promoted 0a11ce000001" in text
