@@ -311,6 +311,9 @@ class Optimizer:
             elif (slower := _below_the_perf_bar(best)) is not None:
                 # the perf gate would refuse it: no GPU minutes spent on gates it will not pass
                 why = f"{slower}; gate it anyway: {gate_by_hand(self.cfg.op, best.id)}"
+                if (hint := self._narrow_hint(best)) is not None:
+                    why += (f"; it reaches the margin on part of its scope ({hint['geomean']:.3f}x at "
+                            f"{hint['points']} search points): gate that part with `{hint['command']}`")
                 self._emit(EventKind.GATES, f"gates not run: {why}", candidate=best.id, ran=False, reason=why)
             elif (spent := self.budget.exhausted()) is not None:
                 # the full gates take minutes on a GPU: never started past --time-limit (or a spent budget)
@@ -340,6 +343,19 @@ class Optimizer:
                            reason=str(exc)[:500])
         self._emit(EventKind.RUN_FINISHED, "run finished", summary=self.summary())
 
+    def _narrow_hint(self, best) -> dict[str, Any] | None:
+        """Where the best draft beat the promoted kernel by the perf gate's margin when it did not
+        over all its points (narrow_hint.py): the `harness narrow` command to gate it there."""
+        from ..toolchain.candidate import load_candidate
+        from .narrow_hint import narrow_hint
+
+        try:
+            lo_hi = load_candidate(self.cfg.op, best.id).scope.batch
+        except UserError:
+            return None
+        hint = narrow_hint(best.evaluate.timings, lo_hi, _perf_bar())
+        return hint.to_json(self.cfg.op, best.id) if hint else None
+
     def summary(self) -> dict[str, Any]:
         st = self.state
         ranked = st.ranked()
@@ -358,7 +374,8 @@ class Optimizer:
             speed = {"vs_reference_geomean": geomean(ref) if ref else None,
                      "vs_torch_compile_geomean": geomean(comp) if comp else None,
                      "vs_promoted_geomean": vs,
-                     "promoted": best.evaluate.incumbent if vs is not None else None}
+                     "promoted": best.evaluate.incumbent if vs is not None else None,
+                     "narrow_hint": self._narrow_hint(best) if vs is not None else None}
         return {
             "run_id": self.log.folder.name, "op": self.cfg.op, "agent": self.cfg.agent,
             "gpu_available": self.stages.has_gpu,
@@ -413,19 +430,25 @@ def gate_by_hand(op: str, cid: str) -> str:
     return f"harness gate {op} {cid}, with the run's other untracked drafts moved out of kernels_generated/{op}/"
 
 
+def _perf_bar() -> float:
+    """The perf gate's geomean margin (gates/gate_config.toml perf_sweep.geomean_margin): the root's
+    own config, which the gates read, else the package's."""
+    from gates.config import config_path, load_config
+
+    pinned = config_path(paths.root())
+    return float(load_config(pinned if pinned.is_file() else None).get("perf_sweep", "geomean_margin"))
+
+
 def _below_the_perf_bar(best: CandidateRecord) -> str | None:
     """Why the best draft would not pass the perf gate against the promoted kernel: its geomean
     speedup over it at the search points (all of them timed in the same run) is below the perf
     gate's bar (gates/gate_config.toml perf_sweep.geomean_margin, 1.05); None otherwise. The gate
     sweeps the whole scope, so this is the search's estimate; `harness gate` decides for real."""
-    from gates.config import config_path, load_config
-
     ev = best.evaluate
     g = ev.vs_promoted() if ev else None
     if g is None:
         return None
-    pinned = config_path(paths.root())                  # the gates read the root's own config
-    bar = float(load_config(pinned if pinned.is_file() else None).get("perf_sweep", "geomean_margin"))
+    bar = _perf_bar()
     if g >= bar:
         return None
     if all(t.kernel_us > t.incumbent_us for t in ev.timings):
