@@ -380,3 +380,22 @@ def test_a_narrow_entry_takes_its_points_and_a_same_kernel_twins_rows(sc, tmp_pa
     assert {m.ours_us for m in small.measured} == {1.0} and small.same_kernel == ["7e1ce0000002"]
     text = sc.render(small) + sc.render(broad)
     assert "rows of 7e1ce0000002 count as its own" in text and "run the narrower promoted 0a11ce000001" in text
+
+
+def test_a_row_partly_from_l2_never_replaces_one_that_rotated_past_it(sc, tmp_path):
+    """Session 34's warm study runs of attn_res (inputs partly in L2) were newer than the cold run
+    and took 10 of its points, so the floor count read 31 of 112 instead of 26."""
+    res = _results(tmp_path, [1, 2])
+    cold = [_row(1, 2.0), _row(2, 2.0)]
+    warm = [_row(1, 1.0), _row(2, 1.0)]
+    for r in cold:
+        r["rotation_bytes"] = 10 * sc.L2_BYTES
+    for r in warm:
+        r["rotation_bytes"] = sc.L2_BYTES // 2
+    warm[1]["rotation_bytes"] = 10 * sc.L2_BYTES               # this one rotated past L2 too: it may replace
+    _bench(res / "a_cold.json", cold)
+    _bench(res / "b_warm.json", warm)                          # newer (path order: no git here)
+    [c] = sc.scorecards(tmp_path, res)
+    by_batch = {m.point.batch: m for m in c.measured}
+    assert by_batch[1].ours_us == 2.0 and by_batch[1].source.endswith("a_cold.json") and by_batch[1].partly_l2 is False
+    assert by_batch[2].ours_us == 1.0 and by_batch[2].source.endswith("b_warm.json")
