@@ -147,12 +147,12 @@ def register(app: typer.Typer) -> None:
                 changes[key] = [x.strip() for x in raw.split(",") if x.strip()]
         if not changes:
             raise UserError("name what to narrow: --batch, --tp, --shapes, --archs or --state-dtypes")
-        parent = _cand(op, candidate)
-        cand = narrow_candidate(op, parent.id, changes)
+        cand = narrow_candidate(op, candidate, changes)
+        parent = cand.provenance.parent
         if json_out:
-            print_json({"op": op, "id": cand.id, "parent": parent.id, "scope": cand.scope.to_json(), "path": str(cand.path)})
+            print_json({"op": op, "id": cand.id, "parent": parent, "scope": cand.scope.to_json(), "path": str(cand.path)})
         else:
-            console().print(f"{op}/{cand.id}: {parent.id}'s kernel, scope {cand.scope.to_json()}", markup=False)
+            console().print(f"{op}/{cand.id}: {parent}'s kernel, scope {cand.scope.to_json()}", markup=False)
             console().print(f"next: harness gate {op} {cand.id}", markup=False)
 
     @app.command("check")

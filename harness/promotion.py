@@ -153,28 +153,28 @@ def manifest_bytes(entries: list[dict[str, Any]]) -> bytes:
     return (json.dumps(sorted(entries, key=lambda e: e["op"]), indent=2) + "\n").encode()
 
 
-def promoted_ids(entries: list[dict[str, Any]]) -> dict[str, str]:
-    """Per op, its promoted candidate ids joined by "," in the order a call tries them (the most
-    specific first): the form bench_layers.py records as "promoted", so the two compare."""
+def kernel_entries(entries: list[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Per op, its manifest entries as registry.KernelEntry in the order a call tries them
+    (`registry.by_specificity`: the most specific first, the broadest last)."""
     from .registry import KernelEntry, KernelScope, by_specificity
 
     by_op: dict[str, list[KernelEntry]] = {}
     for e in entries:
         by_op.setdefault(e["op"], []).append(KernelEntry(e["op"], e["candidate"], KernelScope.from_json(e["scope"])))
-    return {op: ",".join(k.candidate for k in by_specificity(ks)) for op, ks in by_op.items()}
+    return {op: by_specificity(ks) for op, ks in by_op.items()}
+
+
+def promoted_ids(entries: list[dict[str, Any]]) -> dict[str, str]:
+    """Per op, its promoted candidate ids joined by "," in the order a call tries them (the most
+    specific first): the form bench_layers.py records as "promoted", so the two compare."""
+    return {op: ",".join(k.candidate for k in ks) for op, ks in kernel_entries(entries).items()}
 
 
 def primary_entries(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per op, its broadest entry (the kernel that runs wherever no narrower one does): what the
     scorecard, the dashboard's incumbent and the agent's search compare against."""
-    from .registry import KernelScope
-
-    out: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        best = out.get(e["op"])
-        if best is None or KernelScope.from_json(e["scope"]).size() > KernelScope.from_json(best["scope"]).size():
-            out[e["op"]] = e
-    return out
+    broadest = {ks[-1].candidate for ks in kernel_entries(entries).values()}
+    return {e["op"]: e for e in entries if e["candidate"] in broadest}
 
 
 def _write_manifest(root: Path, data: bytes) -> None:
@@ -275,7 +275,7 @@ def ci_verify(root: Path, base: str | None = None, compile_archs: bool = True) -
         ctx = GateContext(op=op, candidate_id=cid, root=root, config=config, base=base)
         st = static.run(ctx)
         problems += [f"{tag}: static re-run: {r}" for r in st.reasons] if st.verdict is not Verdict.PASS else []
-        if git is not None and _touches(git, root, base, op, cid):
+        if git is not None and _touches(git, base, e):
             iso = isolation.run(ctx)
             if iso.verdict is not Verdict.PASS:
                 problems += [f"{tag}: isolation re-run: {r}" for r in iso.reasons or [iso.verdict.value]]
@@ -301,23 +301,21 @@ def _manifest_problems(entries: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-def _touches(git, root: Path, base: str | None, op: str, cid: str) -> bool:
-    """Whether the change under test touches this candidate: its folder, or a manifest entry
-    naming it that the base does not hold (then its isolation is re-checked; other changes, a
-    promotion of another candidate included, are judged by the hashes in its evidence)."""
+def _touches(git, base: str | None, entry: dict[str, Any]) -> bool:
+    """Whether the change under test touches this manifest entry: its candidate's folder, or the
+    entry itself when the base does not hold it (then its isolation is re-checked; other changes,
+    a promotion of another candidate included, are judged by the hashes in its evidence)."""
     b = git.rev(base) if base else git.default_base()
-    own = f"kernels_generated/{op}/{cid}/"
+    own = f"kernels_generated/{entry['op']}/{entry['candidate']}/"
     changed = git.changed_paths(b)
     if any(p.startswith(own) for p in changed):
         return True
     if MANIFEST_REL not in changed:
         return False
     try:
-        before = json.loads(git.show(b, MANIFEST_REL) or b"[]")
+        return entry not in json.loads(git.show(b, MANIFEST_REL) or b"[]")
     except ValueError:
         return True
-    mine = [e for e in read_manifest(root) if (e["op"], e["candidate"]) == (op, cid)]
-    return any(e not in before for e in mine)
 
 
 def _compile_problems(op: str, cid: str, root: Path) -> list[str]:

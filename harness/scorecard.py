@@ -51,6 +51,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .hardware import gpu
 from .toolchain.timing import L2_ROTATION_FACTOR, partly_in_l2
@@ -243,12 +244,10 @@ def scope_points(scope: dict) -> list[Point]:
             for shape in (scope.get("shapes") or [""]) for sd in (scope.get("state_dtypes") or [""])]
 
 
-def _inside(p: Point, scope: dict) -> bool:
-    """Whether a row's point lies in the card's scope (a run may time a kernel beyond it)."""
-    lo, hi = scope.get("batch", [1, 64])
-    return (lo <= p.batch <= hi and p.tp in scope.get("tp", [8, 16])
-            and (not scope.get("shapes") or p.shape in scope["shapes"])
-            and (not scope.get("state_dtypes") or p.state_dtype in scope["state_dtypes"]))
+def _runs_at(scope: Any, p: Point) -> bool:
+    """Whether the registry would call a kernel of this scope (registry.KernelScope) at `p` on the
+    committed runs' GPU (an H200: sm_90a, bf16 activations)."""
+    return scope.admits("sm_90a", p.tp, p.batch, "bf16", p.state_dtype, p.shape) is None
 
 
 def same_kernel_ids(op: str, candidate: str, root: Path) -> list[str]:
@@ -271,20 +270,26 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
     latest: dict[Point, Measurement] = {}
     compile_at: dict[Point, tuple[float, str]] = {}
     eager_at: dict[Point, tuple[float, str]] = {}
+    from harness.registry import KernelScope
+
     kept_by = kept_by or {}
+    kscope = KernelScope.from_json(scope)
     in_scope = [p for p in scope_points(scope) if p not in kept_by]
-    twins = same_kernel_ids(op, candidate, root)
-    ids = [candidate, *twins]
+    ids = [candidate, *same_kernel_ids(op, candidate, root)]
+    used: set[str] = set()                                     # ids whose column a run had
     runs: dict[str, tuple[set[str], set[str]]] = {}    # file -> (works measured, of them with compile)
     for path, data in files:                                   # oldest first: later files overwrite
         rec = data["ops"].get(op) if is_bench_run(data) else None
         if not rec:
             continue
         src, launch_us = _rel(path, root), _launch_floor_us(data)
-        col = next((label for i in ids for label, info in rec.get("candidates", {}).items() if info.get("id") == i), None)
+        col, cid = next(((label, i) for i in ids for label, info in rec.get("candidates", {}).items()
+                         if info.get("id") == i), (None, None))
+        if cid is not None:
+            used.add(cid)
         for row in rec.get("rows", []):
             p, times = _point(row, scope), row.get("times", {})
-            if p in kept_by or not _inside(p, scope):
+            if p in kept_by or not _runs_at(kscope, p):        # a run may time a kernel beyond its scope
                 continue
             comp = _median(times, "compile")
             if comp is not None:
@@ -320,9 +325,8 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
     kept: dict[str, list[str]] = {}
     for pt, cid in sorted(kept_by.items()):
         kept.setdefault(cid, []).append(pt.label())
-    used = sorted({info.get("id") for _, data in files if is_bench_run(data) and data["ops"].get(op)
-                   for info in data["ops"][op].get("candidates", {}).values()} & set(twins))
-    return OpCard(op, candidate, measured, unmeasured, len(in_scope), best[0], *best[1], kept_by=kept, same_kernel=used)
+    return OpCard(op, candidate, measured, unmeasured, len(in_scope), best[0], *best[1], kept_by=kept,
+                  same_kernel=sorted(used - {candidate}))
 
 
 @functools.lru_cache(maxsize=None)
@@ -342,27 +346,22 @@ def _work(op: str, p: Point) -> str:
 def scorecards(root: Path = ROOT, results: Path | None = None, ops: list[str] | None = None,
                files: list[tuple[Path, dict]] | None = None) -> list[OpCard]:
     """`files`: json_files(results, root) when the caller has read them already."""
-    from harness.promotion import read_manifest
+    from harness.promotion import kernel_entries, read_manifest
 
     manifest = read_manifest(root)
     files = json_files(results or root / "results", root) if files is None else files
-    return [card(e["op"], e["candidate"], e["scope"], files, root, kept_by=_kept_by(e, manifest))
+    tried = kernel_entries(manifest)
+    return [card(e["op"], e["candidate"], e["scope"], files, root, kept_by=_kept_by(e, tried[e["op"]]))
             for e in manifest if not ops or e["op"] in ops]
 
 
-def _kept_by(entry: dict, manifest: list[dict]) -> dict[Point, str]:
-    """The points of `entry`'s scope where the registry would run another promoted entry of its op
-    (a narrower one) on the H200: point -> that entry's candidate id."""
-    from harness.registry import KernelEntry, KernelScope, by_specificity
-
-    mine = [KernelEntry(e["op"], e["candidate"], KernelScope.from_json(e["scope"]))
-            for e in manifest if e["op"] == entry["op"]]
-    if len(mine) < 2:
-        return {}
+def _kept_by(entry: dict, tried: list[Any]) -> dict[Point, str]:
+    """The points of `entry`'s scope where the registry would run another promoted kernel of its
+    op (a narrower one) on the H200: point -> that kernel's candidate id. `tried`: the op's
+    entries in the order a call tries them (promotion.kernel_entries)."""
     out = {}
     for p in scope_points(entry["scope"]):
-        hit = next((k for k in by_specificity(mine)
-                    if k.scope.admits("sm_90a", p.tp, p.batch, "bf16", p.state_dtype, p.shape) is None), None)
+        hit = next((k for k in tried if _runs_at(k.scope, p)), None)
         if hit is not None and hit.candidate != entry["candidate"]:
             out[p] = hit.candidate
     return out

@@ -75,6 +75,7 @@ class Optimizer:
         self.stages = stages or ToolchainStages(cfg.gpu, cfg.tp)
         self.listener = listener or (lambda msg, st: None)
         self.worked = False          # this process ran a stage or finished a round
+        self._hints: dict[str, dict[str, Any] | None] = {}   # candidate id -> its narrow hint (_narrow_hint)
         self.state = RunState.replay(log)
         self.budget = Budget(cfg.max_tokens_total, cfg.budget_usd, cfg.time_limit_s)
         self.budget.charge(0, 0, self.state.cost_usd)     # spend replayed from the log
@@ -345,16 +346,20 @@ class Optimizer:
 
     def _narrow_hint(self, best) -> dict[str, Any] | None:
         """Where the best draft beat the promoted kernel by the perf gate's margin when it did not
-        over all its points (narrow_hint.py): the `harness narrow` command to gate it there."""
+        over all its points (narrow_hint.py): the `harness narrow` command to gate it there. Worked
+        out once per candidate (the gates' decision and the summary both ask)."""
         from ..toolchain.candidate import load_candidate
         from .narrow_hint import narrow_hint
 
-        try:
-            lo_hi = load_candidate(self.cfg.op, best.id).scope.batch
-        except UserError:
-            return None
-        hint = narrow_hint(best.evaluate.timings, lo_hi, _perf_bar())
-        return hint.to_json(self.cfg.op, best.id) if hint else None
+        if best.id not in self._hints:
+            try:
+                lo_hi = load_candidate(self.cfg.op, best.id).scope.batch
+            except UserError:
+                self._hints[best.id] = None
+            else:
+                hint = narrow_hint(best.evaluate.timings, lo_hi, _perf_bar())
+                self._hints[best.id] = hint.to_json(self.cfg.op, best.id) if hint else None
+        return self._hints[best.id]
 
     def summary(self) -> dict[str, Any]:
         st = self.state
