@@ -225,7 +225,8 @@ def register(app: typer.Typer) -> None:
                  sets: int = typer.Option(10, "--sets", help="Fresh random input sets per point (>= 10 for gates)."),
                  no_timing: bool = typer.Option(False, "--no-timing", help="Correctness only."),
                  no_compiled_ref: bool = typer.Option(False, "--no-compiled-ref", help="Skip torch.compile of the reference."),
-                 incumbent: Optional[str] = typer.Option(None, "--vs", help="Another candidate to time against (A B B A)."),
+                 incumbent: Optional[str] = typer.Option(None, "--vs", help="Another candidate to time against (A B B A); "
+                                                         "'promoted': at each point the promoted kernel that runs it."),
                  timeout_s: float = typer.Option(600.0, "--timeout-s", help="Deadline of the GPU worker."),
                  json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
         """Static checks, compile for every arch at the points' TPs, state dtypes and shapes (only
@@ -251,7 +252,7 @@ def register(app: typer.Typer) -> None:
                   for s in states for sh in shapes]
         if not points:
             raise UserError("no points: give --batch and --tp")
-        inc = _cand(op, incumbent) if incumbent else None
+        inc = _incumbents(cand, incumbent, points) if incumbent else None
         with Progress(transient=True, disable=json_out) as prog:
             # static checks, a compile per arch x TP x static key of the points (not the whole scope), the GPU run
             task = prog.add_task("static checks", total=2 + len(compile_plan(cand, points)))
@@ -277,6 +278,20 @@ def register(app: typer.Typer) -> None:
             raise CandidateFailed(f"{rep.verdict.value}: {rep.message}")
 
 
+def _incumbents(cand, vs: str, points):
+    """`harness eval --vs`: a candidate id, or "promoted" for the op's promoted kernels, each
+    timed at the points it runs today (the agent loop's incumbents)."""
+    if vs != "promoted":
+        return _cand(cand.op, vs)
+    from .agent.stages import promoted_incumbents
+
+    incs = promoted_incumbents(cand, points)
+    if not incs:
+        raise UserError(f"--vs promoted: no promoted {cand.op} kernel other than {cand.id} covers these points "
+                        f"(kernels_generated/promoted.json)")
+    return incs
+
+
 def _print_eval(rep) -> None:
     from rich.table import Table
 
@@ -293,10 +308,11 @@ def _print_eval(rep) -> None:
     c.print(f"GPU {rep.gpu} ({rep.arch}){bw}")
     t = Table(title="correctness and timing (CUDA-graph replay, inputs rotated past L2, A B B A)")
     vs = rep.incumbent_id
+    several = bool(vs) and "," in vs                # --vs promoted with several kernels: name each point's
     has_state, has_shape = _static_axes(rep.op)
     cols = ["point"] + (["state dtype"] if has_state else []) + (["shape"] if has_shape else [])
     cols += ["verdict", "sets", "kernel us", "spread %", "ref us", "compiled ref us"]
-    cols += [f"{vs} us", f"x {vs}"] if vs else []
+    cols += (["promoted", "promoted us", "x promoted"] if several else [f"{vs} us", f"x {vs}"]) if vs else []
     for col in cols + ["x ref", "x compiled", "roofline"]:
         t.add_column(col)
     for p in rep.points:
@@ -306,6 +322,7 @@ def _print_eval(rep) -> None:
         label = Point(batch=p.batch, tp=p.tp, context=p.context).label() if has_shape else p.label
         static = ([p.state_dtype] if has_state else []) + ([p.shape or "(default)"] if has_shape else [])
         inc = [f("incumbent"), f"{p.speedup_vs_incumbent:.2f}" if p.speedup_vs_incumbent else "-"] if vs else []
+        inc = [(p.incumbent_id or "-")[:6], *inc] if several else inc        # 6 hex digits: the table stays narrow
         t.add_row(label, *static, p.verdict.value, str(p.n_input_sets), f("kernel"),
                   f"{k['spread_pct']:.1f}" if k else "-", f("reference"), f("compiled_reference"), *inc,
                   f"{p.speedup_vs_reference:.2f}" if p.speedup_vs_reference else "-",

@@ -140,6 +140,46 @@ def test_eval_table_of_an_op_without_static_keys_is_unchanged(run_cli, monkeypat
     assert rows[0][:3] == ["point", "verdict", "sets"] and rows[1][:2] == ["B=1 TP8", "OK"]
 
 
+def test_eval_vs_promoted_times_each_point_against_the_kernel_that_runs_it(run_cli, monkeypatch) -> None:
+    """`--vs promoted` passes the op's promoted kernels in try order (skinny_gemm: the narrow
+    mla_qkv_a kernel first) and the table names the one timed at each point."""
+    from harness import paths
+    from harness.promotion import kernel_entries, read_manifest
+    from harness.toolchain.candidate import load_candidate
+
+    order = [k.candidate for k in kernel_entries(read_manifest(paths.root()))["skinny_gemm"]]
+    draft = next(c.id for c in toolchain.list_candidates("skinny_gemm") if c.id not in order
+                 and set(c.scope.shapes) == {"latent_down", "latent_up", "mla_qkv_a"})
+    seen: dict = {}
+
+    def fake_eval(cand, points, **kw):                  # the GPU worker cannot run here
+        seen["incumbent"] = [c.id for c in kw["incumbent"]]
+        rep = _eval_report("skinny_gemm", [{"batch": 1, "shape": s} for s in ("mla_qkv_a", "latent_down")])
+        for pr, inc in zip(rep.points, order):
+            pr.timing_us["incumbent"] = {"median_us": 2.2}
+            pr.speedup_vs_incumbent, pr.incumbent_id = 1.1, inc
+        rep.incumbent_id = ",".join(order)
+        return rep
+
+    monkeypatch.setattr(toolchain, "evaluate_candidate", fake_eval)
+    code, out, err = run_cli(["eval", "skinny_gemm", draft, "--batch", "1", "--shape", "mla_qkv_a,latent_down",
+                              "--vs", "promoted"])
+    assert code == 0, err
+    assert seen["incumbent"] == order
+    rows = [r for r in _table_rows(out) if r[0] == "point" or r[0].startswith("B=")]
+    col = rows[0].index("promoted")
+    assert [r[1] for r in rows[1:]] == ["mla_qkv_a", "latent_down"]
+    assert [r[col] for r in rows[1:]] == [i[:6] for i in order]
+    assert load_candidate("skinny_gemm", order[0]).scope.shapes == ("mla_qkv_a",)
+
+
+def test_eval_vs_promoted_without_a_covering_kernel_is_one_line_exit_2(run_cli, no_work) -> None:
+    code, out, err = run_cli(["eval", OP, _promoted(OP), "--batch", "1", "--vs", "promoted"])
+    assert code == 2 and "Traceback" not in out + err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--vs promoted: no promoted moe_router kernel other than" in lines[0], err
+
+
 # ---- `harness eval` compiles the points it evaluates, not the whole scope -----------------------------
 @pytest.fixture
 def compiled(monkeypatch) -> list[tuple]:

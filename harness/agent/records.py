@@ -67,6 +67,7 @@ class Timing:
     reference_us: float | None = None   # the eager PyTorch reference
     state_dtype: str = "fp32"           # the point's static key (kda_decode's state, skinny_gemm's shape)
     shape: str = ""
+    incumbent_id: str | None = None     # which promoted kernel incumbent_us timed (the one running this point)
 
     def label(self) -> str:
         """B=8, or B=8 bf16 mla_qkv_a where the point has a non-default static key."""
@@ -89,7 +90,7 @@ class EvalInfo:
     detail: str = ""
     mismatches: list[Mismatch] = field(default_factory=list)
     timings: list[Timing] = field(default_factory=list)
-    incumbent: str | None = None        # id of the promoted kernel timed beside it (Timing.incumbent_us)
+    incumbent: str | None = None        # ids of the promoted kernels timed beside it, ","-joined in try order
 
     def vs_promoted(self) -> float | None:
         """Geomean of promoted-kernel time / this kernel's time, when the promoted kernel was timed at

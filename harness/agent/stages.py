@@ -62,7 +62,7 @@ class ToolchainStages:
 
         points = search_points(cand, self.compile_tp)
         rep = evaluate_candidate(cand, points, archs=list(cand.scope.archs), check_static=False, run_gpu=True,
-                                 incumbent=promoted_incumbent(cand, points),
+                                 incumbent=promoted_incumbents(cand, points),
                                  timeout_s=self.eval_timeout_s, compile_timeout_s=self.compile_timeout_s)
         return eval_info_from_report(rep, self.gpu_name)
 
@@ -113,15 +113,34 @@ def promoted_candidate(op: str) -> Any:
         return None
 
 
-def promoted_incumbent(cand, points) -> Any:
-    """The op's promoted kernel to time beside `cand` at the search points, so every draft is
-    measured against what it would replace: None when the op has none, when `cand` is it, or
-    when its scope covers none of the points. The worker times it only at the points its scope
-    covers (elsewhere production runs the reference, and the kernel must not be called)."""
-    inc = promoted_candidate(cand.op)
-    if inc is None or inc.id == cand.id or not any(inc.scope.contains(p) for p in points):
-        return None
-    return inc
+def promoted_incumbents(cand, points) -> list[Any]:
+    """The op's promoted kernels to time beside `cand` at the search points, so every draft is
+    measured against what it would replace, point by point: the manifest's entries in the order a
+    call tries them (`promotion.kernel_entries`: the most specific first), each loaded, those whose
+    scope covers at least one of the points, `cand` itself left out. The worker times at each point
+    the first that covers it (at mla_qkv_a the narrow skinny kernel, elsewhere the broad one), and
+    none where none does (production runs the reference there, and no kernel may be called).
+    Empty when the op has none; an entry that cannot be loaded is left out (the search goes on)."""
+    from ..errors import UserError
+    from ..paths import root
+    from ..promotion import kernel_entries, read_manifest
+    from ..toolchain.candidate import load_candidate
+
+    try:
+        entries = kernel_entries(read_manifest(root())).get(cand.op, [])
+    except (UserError, OSError, ValueError, KeyError):
+        return []
+    out = []
+    for e in entries:
+        if e.candidate == cand.id:
+            continue
+        try:
+            inc = load_candidate(cand.op, e.candidate)
+        except (UserError, OSError, ValueError, KeyError):
+            continue
+        if any(inc.scope.contains(p) for p in points):
+            out.append(inc)
+    return out
 
 
 def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
@@ -148,6 +167,7 @@ def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
             floor = roofline(defn.flops(pt), defn.min_bytes(pt), gpu(gpu_name)).floor_us
             timings.append(Timing(pr.batch, pr.tp, float(st["kernel"]["median_us"]),
                                   incumbent_us=st.get("incumbent", {}).get("median_us"), floor_us=floor,
+                                  incumbent_id=pr.incumbent_id if "incumbent" in st else None,
                                   compiled_us=st.get("compiled_reference", {}).get("median_us"),
                                   reference_us=st.get("reference", {}).get("median_us"),
                                   state_dtype=pt.state_dtype, shape=pt.shape))
@@ -155,6 +175,8 @@ def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
     detail = rep.message + (("\n" + rep.worker_log_tail) if verdict not in ("OK", "WRONG") and rep.worker_log_tail else "")
     if rep.incumbent_errors:
         detail += "\n(promoted kernel not timed at " + "; ".join(rep.incumbent_errors)[:400] + ")"
-    timed_inc = any(t.incumbent_us is not None for t in timings)
+    # the ids actually timed, in the order the report passed them (a call's try order)
+    timed = {t.incumbent_id for t in timings if t.incumbent_us is not None}
+    named = [i for i in (rep.incumbent_id or "").split(",") if i in timed]
     return EvalInfo(status, verdict, trim_error(detail, 1500), mismatches[:8], timings,
-                    incumbent=rep.incumbent_id if timed_inc else None)
+                    incumbent=",".join(named) or None)

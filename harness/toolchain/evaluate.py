@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..opdef import Point
 from .candidate import Candidate
@@ -39,6 +39,7 @@ class PointResult:
     speedup_vs_reference: float | None = None
     speedup_vs_compiled_reference: float | None = None
     speedup_vs_incumbent: float | None = None
+    incumbent_id: str | None = None    # the kernel timed as "incumbent" at this point, if any
     roofline_fraction: float | None = None
     rotation_bytes: int = 0
     context: int = 0
@@ -66,7 +67,7 @@ class EvalReport:
     canary_ok: bool | None = None      # set by Evaluator after a CUDA_ERROR
     wall_s: float = 0.0
     worker_log_tail: str = ""
-    incumbent_id: str | None = None    # the kernel timed as "incumbent" beside this one, if any
+    incumbent_id: str | None = None    # the incumbents passed, ","-joined in try order (PointResult: which ran where)
     incumbent_errors: list[str] = field(default_factory=list)  # points where the incumbent failed to build
 
 
@@ -116,7 +117,7 @@ def compile_plan(cand: Candidate, points: list[Point], archs: list[str] | None =
 
 def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str] | None = None,
                        n_input_sets: int = 10, time_it: bool = True, vs_compiled_ref: bool = True,
-                       incumbent: Candidate | None = None, run_gpu: bool | None = None,
+                       incumbent: Candidate | Sequence[Candidate] | None = None, run_gpu: bool | None = None,
                        timeout_s: float = DEFAULT_EVAL_TIMEOUT_S, compile_timeout_s: float = 300.0,
                        use_cache: bool = True, cache_root: Path | None = None, check_static: bool = True,
                        on_stage: Callable[[str, Any], None] | None = None) -> EvalReport:
@@ -127,6 +128,9 @@ def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str]
     one sandboxed worker: compile for the device, correctness at every point with
     n_input_sets fresh inputs (WRONG/CUDA_ERROR/CRASH/TIMEOUT), and when time_it, timing of
     kernel vs reference (vs torch.compile'd reference, vs `incumbent`) interleaved A B B A.
+    `incumbent`: one candidate, or several in the order a call tries them (the most specific
+    first, as the registry does): at each point the first whose scope covers it and whose archs
+    include the device's is timed, so a point is compared with the kernel that runs it.
     `on_stage(name, payload)` is called as stages finish (progress bars)."""
     import reference_impls
 
@@ -158,12 +162,12 @@ def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str]
         from ..errors import UserError
 
         raise UserError(f"points {out_of_scope} are outside the candidate's scope {cand.scope.to_json()}")
+    incs = incumbents_list(incumbent)
     job = {"kind": "evaluate", "op": cand.op, "kernel_path": str(cand.kernel_path), "options": COMPILE_OPTIONS,
-           "points": [{**_point_json(defn, p), "incumbent": incumbent is not None and incumbent.scope.contains(p)}
+           "points": [{**_point_json(defn, p), "incumbents": [i for i, c in enumerate(incs) if c.scope.contains(p)]}
                       for p in points], "n_sets": n_input_sets, "time": time_it,
            "vs_compiled_ref": vs_compiled_ref,
-           "incumbent_path": str(incumbent.kernel_path) if incumbent is not None else None,
-           "incumbent_archs": list(incumbent.scope.archs) if incumbent is not None else []}
+           "incumbents": [{"id": c.id, "path": str(c.kernel_path), "archs": list(c.scope.archs)} for c in incs]}
     note("gpu_start", len(points))
     sb = run_job(job, timeout_s)
     rep.gpu_run = True
@@ -171,7 +175,7 @@ def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str]
     p = sb.result or {}
     rep.gpu, rep.arch = p.get("gpu", ""), p.get("arch", "")
     rep.bandwidth_bytes_per_s = p.get("bandwidth_bytes_per_s")
-    rep.incumbent_id = incumbent.id if incumbent is not None else None
+    rep.incumbent_id = ",".join(c.id for c in incs) or None
     rep.incumbent_errors = list(p.get("incumbent_errors", []))
     for pd in p.get("points", []):
         rep.points.append(_point_result(defn, pd, rep.bandwidth_bytes_per_s))
@@ -181,11 +185,18 @@ def evaluate_candidate(cand: Candidate, points: list[Point], *, archs: list[str]
     return rep
 
 
+def incumbents_list(incumbent: Candidate | Sequence[Candidate] | None) -> list[Candidate]:
+    """evaluate_candidate's `incumbent` argument as a list in try order."""
+    if incumbent is None:
+        return []
+    return [incumbent] if isinstance(incumbent, Candidate) else list(incumbent)
+
+
 def _point_result(defn, pd: dict[str, Any], bw: float | None) -> PointResult:
     r = PointResult(pd.get("label", ""), int(pd.get("batch", 0)), int(pd.get("tp", 0)), Verdict(pd["verdict"]),
                     pd.get("message", ""), int(pd.get("n_sets", 0)), pd.get("worst", {}),
                     context=int(pd.get("context", 0)), state_dtype=pd.get("state_dtype", "fp32"),
-                    shape=pd.get("shape", ""))
+                    shape=pd.get("shape", ""), incumbent_id=pd.get("incumbent_id"))
     t = pd.get("timing")
     if t:
         st = t["stats"]

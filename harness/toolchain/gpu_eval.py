@@ -143,8 +143,7 @@ def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:
                            "torch": torch.__version__}
     compiled_by_key: dict[str, Any] = {}
     incumbent_by_key: dict[str, Any] = {}
-    # the incumbent is timed only on an arch it declares (the registry would not call it elsewhere)
-    time_incumbent = bool(job.get("incumbent_path")) and arch in job.get("incumbent_archs", [arch])
+    incumbents = job.get("incumbents", [])
     try:
         if job.get("time") and job.get("measure_bandwidth", True):
             out["bandwidth_bytes_per_s"] = measure_bandwidth()
@@ -171,15 +170,20 @@ def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:
                 continue
             if job.get("time"):
                 incumbent = None
-                if time_incumbent and pd.get("incumbent", True):   # only where its scope covers the point
-                    if key not in incumbent_by_key:
+                idx = pick_incumbent(incumbents, pd.get("incumbents", []), arch)
+                if idx is not None:
+                    ikey = repr((idx, key))
+                    if ikey not in incumbent_by_key:
                         try:
-                            incumbent_by_key[key] = _load_incumbent(job, pt, pd.get("static", {}))
+                            incumbent_by_key[ikey] = _load_incumbent(incumbents[idx]["path"], idx, job, pt,
+                                                                     pd.get("static", {}))
                         except Exception as exc:  # noqa: BLE001 - the incumbent's failure is not the candidate's
-                            incumbent_by_key[key] = None
+                            incumbent_by_key[ikey] = None
                             out.setdefault("incumbent_errors", []).append(
                                 f"{pt.label()}: {type(exc).__name__}: {str(exc).strip()[:200]}")
-                    incumbent = incumbent_by_key[key]
+                    incumbent = incumbent_by_key[ikey]
+                    if incumbent is not None:
+                        res["incumbent_id"] = incumbents[idx]["id"]
                 res["timing"] = time_point(defn, launch, compiled, pt, bool(job.get("vs_compiled_ref", True)), incumbent)
     except BaseException as exc:  # noqa: BLE001 - the candidate's fault becomes its verdict
         verdict = "CUDA_ERROR" if _is_cuda_error(exc) else "CRASH"
@@ -191,16 +195,24 @@ def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:
     return out
 
 
-def _load_incumbent(job, pt, static: dict[str, str]):
-    """A second candidate (A/B timing), loaded once under another module name and compiled for
-    this point's TP and static key (a bf16-state point needs the incumbent's bf16 build)."""
+def pick_incumbent(incumbents: list[dict[str, Any]], covering: list[int], arch: str) -> int | None:
+    """Which incumbent runs a point: the first of `covering` (indices into the job's incumbents
+    whose scope covers the point, in the order a call tries them) that declares this device's
+    arch (the registry would not call it elsewhere); None: the reference runs the point."""
+    return next((i for i in covering if not incumbents[i].get("archs") or arch in incumbents[i]["archs"]), None)
+
+
+def _load_incumbent(path: str, idx: int, job, pt, static: dict[str, str]):
+    """Another candidate (A/B timing), loaded once under a module name of its own (incumbent_kernel_<idx>)
+    and compiled for this point's TP and static key (a bf16-state point needs the incumbent's bf16 build)."""
     import importlib.util
 
-    mod = sys.modules.get("incumbent_kernel")
+    name = f"incumbent_kernel_{idx}"
+    mod = sys.modules.get(name)
     if mod is None:
-        spec = importlib.util.spec_from_file_location("incumbent_kernel", job["incumbent_path"])
+        spec = importlib.util.spec_from_file_location(name, path)
         mod = importlib.util.module_from_spec(spec)          # type: ignore[arg-type]
-        sys.modules["incumbent_kernel"] = mod
+        sys.modules[name] = mod
         spec.loader.exec_module(mod)                          # type: ignore[union-attr]
     return mod.launch, mod.compile(pt.tp, job["options"], **static)
 

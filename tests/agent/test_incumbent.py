@@ -19,7 +19,7 @@ import pytest
 from harness.agent.loop import OptimizeConfig, start
 from harness.agent.prompting import feedback_prompt
 from harness.agent.records import CandidateRecord, EvalInfo, StageStatus, Timing
-from harness.agent.stages import ToolchainStages, eval_info_from_report, promoted_incumbent
+from harness.agent.stages import ToolchainStages, eval_info_from_report, promoted_incumbents
 from harness.hardware import gpu
 from harness.opdef import Point
 from harness.promotion import read_manifest
@@ -78,24 +78,78 @@ def test_candidate_record_round_trips_the_incumbent_id():
 
 
 # ---- which kernel is the incumbent ---------------------------------------------------------------
+def _ids(cands) -> list[str]:
+    return [c.id for c in cands]
+
+
 def test_promoted_incumbent_is_the_manifest_entry_unless_it_is_the_candidate():
     promoted = _promoted(OP)
     other = load_candidate(OP, _other_candidate(OP))
     pts = [Point(batch=b, tp=8) for b in (1, 8, 64)]
-    inc = promoted_incumbent(other, pts)
-    assert inc is not None and inc.id == promoted
-    assert promoted_incumbent(load_candidate(OP, promoted), pts) is None      # never timed against itself
+    assert _ids(promoted_incumbents(other, pts)) == [promoted]
+    assert promoted_incumbents(load_candidate(OP, promoted), pts) == []      # never timed against itself
 
 
 def test_promoted_incumbent_none_outside_its_scope_or_without_a_manifest(tmp_path, monkeypatch):
     other = load_candidate(OP, _other_candidate(OP))
     inc_scope = load_candidate(OP, _promoted(OP)).scope
     outside = max(inc_scope.tp) * 2
-    assert promoted_incumbent(other, [Point(batch=1, tp=outside)]) is None
+    assert promoted_incumbents(other, [Point(batch=1, tp=outside)]) == []
     # covering part of the points is enough: the worker times it only there
-    assert promoted_incumbent(other, [Point(batch=1, tp=outside), Point(batch=1, tp=8)]).id == _promoted(OP)
+    assert _ids(promoted_incumbents(other, [Point(batch=1, tp=outside), Point(batch=1, tp=8)])) == [_promoted(OP)]
     monkeypatch.setenv("HARNESS_ROOT", str(tmp_path))                         # no kernels_generated here
-    assert promoted_incumbent(other, [Point(batch=1, tp=8)]) is None
+    assert promoted_incumbents(other, [Point(batch=1, tp=8)]) == []
+
+
+def _skinny_entries() -> tuple[str, str]:
+    """(narrow, broad): the checkout's two promoted skinny_gemm kernels, the mla_qkv_a-only one and
+    the one of every shape, read from the manifest by their scopes."""
+    rows = [e for e in read_manifest(REPO) if e["op"] == "skinny_gemm"]
+    narrow = next(e["candidate"] for e in rows if e["scope"]["shapes"] == ["mla_qkv_a"])
+    broad = next(e["candidate"] for e in rows if len(e["scope"]["shapes"]) > 1)
+    return narrow, broad
+
+
+def test_each_point_is_timed_against_the_kernel_that_runs_it(monkeypatch):
+    """skinny_gemm holds a narrow kernel for mla_qkv_a beside the broad one (session 35): a draft is
+    compared with the narrow one at mla_qkv_a and the broad one elsewhere, as perf_sweep compares
+    (before session 36 the loop timed the broad one everywhere, ~5% lenient at mla_qkv_a)."""
+    import harness.toolchain.evaluate as ev
+    from harness.agent.stages import search_points
+    from harness.toolchain.sandbox import SandboxResult
+    from harness.toolchain.verdict import Verdict
+
+    narrow, broad = _skinny_entries()
+    draft = next(c for c in (load_candidate("skinny_gemm", p.name) for p in
+                             sorted((REPO / "kernels_generated" / "skinny_gemm").iterdir()) if p.is_dir())
+                 if c.id not in (narrow, broad) and {"mla_qkv_a", "latent_down"} <= set(c.scope.shapes))
+    pts = search_points(draft, 8)
+    incs = promoted_incumbents(draft, pts)
+    assert _ids(incs) == [narrow, broad]                          # the order a call tries them
+    assert _ids(promoted_incumbents(draft, [p for p in pts if p.shape == "latent_down"])) == [broad]
+    assert _ids(promoted_incumbents(load_candidate("skinny_gemm", narrow), pts)) == [broad]
+
+    jobs: list[dict] = []
+    monkeypatch.setattr(ev, "run_job", lambda job, *a, **kw: jobs.append(job) or
+                        SandboxResult(Verdict.OK, {"points": []}, "ok", 0, None, False, 0.0))
+    monkeypatch.setattr(ev, "compile_many", lambda *a, **kw: [])
+    rep = ev.evaluate_candidate(draft, pts, incumbent=incs, run_gpu=True, check_static=False)
+    assert [i["id"] for i in jobs[0]["incumbents"]] == [narrow, broad]
+    assert {(p["shape"], tuple(p["incumbents"])) for p in jobs[0]["points"]} == {
+        ("mla_qkv_a", (0, 1))} | {(s, (1,)) for s in draft.scope.shapes if s != "mla_qkv_a"}
+    assert rep.incumbent_id == f"{narrow},{broad}"
+
+
+def test_the_worker_times_the_first_covering_incumbent_that_declares_the_device_arch():
+    from harness.toolchain.gpu_eval import pick_incumbent
+
+    incs = [{"id": "narrow", "archs": ["sm_90a"]}, {"id": "broad", "archs": ["sm_90a", "sm_103a"]},
+            {"id": "any", "archs": []}]
+    assert pick_incumbent(incs, [0, 1], "sm_90a") == 0
+    assert pick_incumbent(incs, [0, 1], "sm_103a") == 1          # the narrow one is not built for it
+    assert pick_incumbent(incs, [1], "sm_100a") is None          # the reference runs there
+    assert pick_incumbent(incs, [0, 2], "sm_100a") == 2
+    assert pick_incumbent(incs, [], "sm_90a") is None
 
 
 def test_evaluate_stage_passes_the_promoted_kernel_to_the_worker(monkeypatch):
@@ -113,14 +167,15 @@ def test_evaluate_stage_passes_the_promoted_kernel_to_the_worker(monkeypatch):
     info = ToolchainStages(use_gpu=True).evaluate(other)
     assert info.status is StageStatus.OK
     assert seen["points"] == [(1, 8), (8, 8), (64, 8)]
-    assert seen["incumbent"] is not None and seen["incumbent"].id == _promoted(OP)
+    assert _ids(seen["incumbent"]) == [_promoted(OP)]
 
 
 # ---- the worker's report -> the loop's record --------------------------------------------------------
-def _point(batch: int, stats: dict) -> SimpleNamespace:
+def _point(batch: int, stats: dict, incumbent: str = "876e935cf35f", shape: str = "") -> SimpleNamespace:
     return SimpleNamespace(verdict=SimpleNamespace(value="OK"), batch=batch, tp=8, label=f"B{batch}", message="",
                            worst={}, timing_us={k: {"median_us": v} for k, v in stats.items()},
-                           point=lambda: Point(batch=batch, tp=8))
+                           incumbent_id=incumbent if "incumbent" in stats else None,
+                           point=lambda: Point(batch=batch, tp=8, shape=shape))
 
 
 def test_eval_info_keeps_reference_compile_and_promoted_times_apart():
@@ -148,9 +203,23 @@ def test_eval_info_without_an_incumbent_and_with_its_build_failures():
     assert "promoted kernel not timed at B1 TP8: RuntimeError: no bf16 build" in info.detail
 
 
+def test_eval_info_names_the_kernel_timed_at_each_point():
+    rep = SimpleNamespace(op="skinny_gemm", verdict=SimpleNamespace(value="OK"), message="3 points correct",
+                          worker_log_tail="", incumbent_id="c8b7a753866a,268009f21621,0123456789ab",
+                          incumbent_errors=[],
+                          points=[_point(1, {"kernel": 9.0, "incumbent": 9.4}, "c8b7a753866a", "mla_qkv_a"),
+                                  _point(1, {"kernel": 14.0, "incumbent": 14.6}, "268009f21621", "latent_down"),
+                                  _point(8, {"kernel": 14.1}, "268009f21621", "latent_down")])
+    info = eval_info_from_report(rep, "h200")
+    assert [(t.shape, t.incumbent_id) for t in info.timings] == [
+        ("mla_qkv_a", "c8b7a753866a"), ("latent_down", "268009f21621"), ("latent_down", None)]
+    assert info.incumbent == "c8b7a753866a,268009f21621"        # the ones timed, in try order
+
+
 def test_the_worker_is_told_where_the_incumbent_may_run(monkeypatch):
     """A draft whose scope reaches past the promoted kernel's (here a shape it lacks) is timed
-    against it at the shared points only: each point of the worker's job says whether to."""
+    against it at the shared points only: each point of the worker's job lists the incumbents
+    that cover it."""
     import harness.toolchain.evaluate as ev
     from harness.toolchain.sandbox import SandboxResult
     from harness.toolchain.verdict import Verdict
@@ -163,14 +232,15 @@ def test_the_worker_is_told_where_the_incumbent_may_run(monkeypatch):
 
     monkeypatch.setattr(ev, "run_job", fake_run_job)
     monkeypatch.setattr(ev, "compile_many", lambda *a, **kw: [])
-    skinny = load_candidate("skinny_gemm", _promoted("skinny_gemm"))
+    skinny = load_candidate("skinny_gemm", _skinny_entries()[1])
     pts = [Point(batch=1, tp=8, shape=skinny.scope.shapes[0]), Point(batch=1, tp=8, shape="kda_in_proj")]
     assert "kda_in_proj" not in skinny.scope.shapes
     wide = load_candidate("skinny_gemm", _other_candidate("skinny_gemm"))
     ev.evaluate_candidate(wide, pts, incumbent=skinny, run_gpu=True, check_static=False)
-    assert [p["incumbent"] for p in jobs[0]["points"]] == [True, False]
+    assert [p["incumbents"] for p in jobs[0]["points"]] == [[0], []]
+    assert jobs[0]["incumbents"] == [{"id": skinny.id, "path": str(skinny.kernel_path), "archs": list(skinny.scope.archs)}]
     ev.evaluate_candidate(wide, pts, incumbent=None, run_gpu=True, check_static=False)
-    assert [p["incumbent"] for p in jobs[1]["points"]] == [False, False]
+    assert [p["incumbents"] for p in jobs[1]["points"]] == [[], []] and jobs[1]["incumbents"] == []
 
 
 # ---- the worker compiles the incumbent per TP and static key -----------------------------------------
@@ -180,13 +250,33 @@ def test_worker_builds_the_incumbent_for_each_static_key(tmp_path, monkeypatch):
     kpath = tmp_path / "kernel.py"
     kpath.write_text("def compile(tp, options, **static):\n    return ('built', tp, options, tuple(sorted(static.items())))\n"
                      "def launch(compiled, **tensors):\n    pass\n")
-    monkeypatch.delitem(sys.modules, "incumbent_kernel", raising=False)
-    job = {"incumbent_path": str(kpath), "options": "--opt"}
-    _, fp32 = gpu_eval._load_incumbent(job, Point(batch=1, tp=8), {})
-    _, bf16 = gpu_eval._load_incumbent(job, Point(batch=1, tp=16), {"state_dtype": "bf16"})
+    monkeypatch.delitem(sys.modules, "incumbent_kernel_0", raising=False)
+    job = {"options": "--opt"}
+    _, fp32 = gpu_eval._load_incumbent(str(kpath), 0, job, Point(batch=1, tp=8), {})
+    _, bf16 = gpu_eval._load_incumbent(str(kpath), 0, job, Point(batch=1, tp=16), {"state_dtype": "bf16"})
     assert fp32 == ("built", 8, "--opt", ())
     assert bf16 == ("built", 16, "--opt", (("state_dtype", "bf16"),))
-    monkeypatch.delitem(sys.modules, "incumbent_kernel", raising=False)
+    monkeypatch.delitem(sys.modules, "incumbent_kernel_0", raising=False)
+
+
+def test_worker_keeps_each_incumbent_in_a_module_of_its_own(tmp_path, monkeypatch):
+    """Two promoted kernels of one op (a narrow one beside a broad one) are both loaded in one
+    worker: each under its own module name, so neither's compile runs the other's code."""
+    from harness.toolchain import gpu_eval
+
+    paths = []
+    for tag in ("narrow", "broad"):
+        (tmp_path / tag).mkdir()
+        kp = tmp_path / tag / "kernel.py"
+        kp.write_text(f"def compile(tp, options, **static):\n    return '{tag}'\ndef launch(compiled, **tensors):\n    pass\n")
+        paths.append(str(kp))
+    for i in (0, 1):
+        monkeypatch.delitem(sys.modules, f"incumbent_kernel_{i}", raising=False)
+    built = [gpu_eval._load_incumbent(p, i, {"options": ""}, Point(batch=1, tp=8), {})[1] for i, p in enumerate(paths)]
+    assert built == ["narrow", "broad"]
+    assert gpu_eval._load_incumbent(paths[0], 0, {"options": ""}, Point(batch=8, tp=8), {})[1] == "narrow"
+    for i in (0, 1):
+        monkeypatch.delitem(sys.modules, f"incumbent_kernel_{i}", raising=False)
 
 
 # ---- prompts and summary ----------------------------------------------------------------------------
@@ -292,12 +382,13 @@ def test_search_points_cover_state_dtypes_and_shapes_at_a_tp_in_scope():
         (b, s) for b in (1, 8) for s in skinny.scope.shapes}
     tp16_only = dataclasses.replace(kda, scope=dataclasses.replace(kda.scope, tp=(16,)))
     assert {p.tp for p in search_points(tp16_only, 8)} == {16}
-    # the promoted skinny kernel covers its own shapes, not another one
+    # the promoted skinny kernels cover their own shapes, not another one
+    narrow, broad = _skinny_entries()
     other = next(c for c in (load_candidate("skinny_gemm", p.name) for p in
                              sorted((REPO / "kernels_generated" / "skinny_gemm").iterdir()) if p.is_dir())
-                 if c.id != skinny.id)
-    assert promoted_incumbent(other, search_points(skinny, 8)).id == skinny.id
-    assert promoted_incumbent(other, [Point(batch=1, tp=8, shape="kda_in_proj")]) is None
+                 if c.id not in (narrow, broad))
+    assert _ids(promoted_incumbents(other, search_points(load_candidate("skinny_gemm", broad), 8))) == [narrow, broad]
+    assert promoted_incumbents(other, [Point(batch=1, tp=8, shape="kda_in_proj")]) == []
 
 
 def test_feedback_names_the_static_key_of_each_point():

@@ -90,7 +90,7 @@ def test_timing_interleaves_and_measures_bandwidth():
 def test_search_times_a_draft_against_the_promoted_kernel_at_each_static_key(cache_root):
     """The agent loop's evaluate stage times the promoted kernel beside the draft; kda_decode's
     fp32 and bf16 points need the incumbent built for each state dtype (session 23)."""
-    from harness.agent.stages import eval_info_from_report, promoted_incumbent
+    from harness.agent.stages import eval_info_from_report, promoted_incumbents
     from harness.promotion import read_manifest
     from harness.toolchain.evaluate import evaluate_candidate
 
@@ -98,8 +98,8 @@ def test_search_times_a_draft_against_the_promoted_kernel_at_each_static_key(cac
     draft = next(c for c in list_candidates("kda_decode") if c.id != promoted and c.provenance.author == "human"
                  and {"fp32", "bf16"} <= set(c.scope.state_dtypes))
     points = [Point(batch=1, tp=8, state_dtype="fp32"), Point(batch=8, tp=8, state_dtype="bf16")]
-    inc = promoted_incumbent(draft, points)
-    assert inc is not None and inc.id == promoted
+    inc = promoted_incumbents(draft, points)
+    assert [c.id for c in inc] == [promoted]
     rep = evaluate_candidate(draft, points, archs=list(draft.scope.archs), incumbent=inc, cache_root=cache_root)
     assert rep.verdict is Verdict.OK, (rep.message, rep.worker_log_tail)
     assert rep.incumbent_errors == []
@@ -107,3 +107,29 @@ def test_search_times_a_draft_against_the_promoted_kernel_at_each_static_key(cac
     assert info.incumbent == promoted
     assert len(info.timings) == 2
     assert all(t.incumbent_us and t.reference_us and t.kernel_us for t in info.timings)
+
+
+@pytest.mark.gpu
+@gpu
+def test_search_times_each_point_against_the_promoted_kernel_that_runs_it(cache_root):
+    """skinny_gemm holds two promoted kernels (a narrow one for mla_qkv_a beside the broad one,
+    session 35): one worker loads both and times each point against the one a call runs there."""
+    from harness.agent.stages import eval_info_from_report, promoted_incumbents
+    from harness.promotion import kernel_entries, read_manifest
+    from harness.toolchain.evaluate import evaluate_candidate
+
+    order = [k.candidate for k in kernel_entries(read_manifest(REPO))["skinny_gemm"]]
+    assert len(order) == 2, order                                   # narrow first, then broad
+    draft = next(c for c in list_candidates("skinny_gemm") if c.id not in order and c.provenance.author == "human"
+                 and set(c.scope.shapes) == {"latent_down", "latent_up", "mla_qkv_a"})
+    points = [Point(batch=1, tp=8, shape="mla_qkv_a"), Point(batch=1, tp=8, shape="latent_down")]
+    inc = promoted_incumbents(draft, points)
+    assert [c.id for c in inc] == order
+    rep = evaluate_candidate(draft, points, archs=list(draft.scope.archs), incumbent=inc, cache_root=cache_root,
+                             vs_compiled_ref=False)
+    assert rep.verdict is Verdict.OK, (rep.message, rep.worker_log_tail)
+    assert rep.incumbent_errors == []
+    info = eval_info_from_report(rep, "h200")
+    assert [(t.shape, t.incumbent_id) for t in info.timings] == [("mla_qkv_a", order[0]), ("latent_down", order[1])]
+    assert info.incumbent == ",".join(order)
+    assert all(t.incumbent_us and t.kernel_us for t in info.timings)
