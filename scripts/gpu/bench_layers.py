@@ -33,6 +33,8 @@ from harness.registry import Registry  # noqa: E402
 from harness.toolchain.timing import elapsed_us  # noqa: E402
 
 
+DEFAULT_CONTEXT = 1024              # tokens of KV cache per sequence unless --context says otherwise
+
 def _sync(dev: torch.device) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -138,13 +140,14 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--config", default="k3-tp8-rank")
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--batches", default=None, help="comma list (default 1,8,64; --tiny 1,2)")
-    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--context", type=int, default=DEFAULT_CONTEXT)
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--no-graphs", action="store_true")
     ap.add_argument("--tiny", action="store_true", help="tiny config on any device: a smoke run")
     ap.add_argument("--kernels", choices=("off", "on", "both"), default="off",
                     help="promoted kernels off (reference path), on, or both (an on/off table)")
     a = ap.parse_args(argv)
+    name_context = a.context                 # the file's name: the context asked for (--tiny sets its own)
     if a.tiny:
         a.config, a.layers, a.context, a.iters = "tiny", None, 8, 2
         a.batches = a.batches or "1,2"
@@ -174,8 +177,15 @@ def main(argv: list[str] | None = None) -> dict:
         print("\n".join(result["on_off_table"]))
     out = Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"bench_layers_{cfg.name}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / json_name(cfg.name, name_context)).write_text(json.dumps(result, indent=2) + "\n")
     return result
+
+
+def json_name(config: str, context: int) -> str:
+    """bench_layers_<config>.json at the default context, bench_layers_<config>_ctx<N>.json at
+    another, so one $OUT keeps runs of several contexts (session 36's 8K run was overwritten by its
+    32K run of the same config)."""
+    return f"bench_layers_{config}.json" if context == DEFAULT_CONTEXT else f"bench_layers_{config}_ctx{context}.json"
 
 
 if __name__ == "__main__":

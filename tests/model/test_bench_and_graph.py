@@ -26,6 +26,16 @@ def test_bench_layers_tiny_writes_json(tmp_path, monkeypatch):
     assert {r["kernels"] for r in doc["rows"]} == {"off"} and "on_off_table" not in doc
 
 
+def test_bench_layers_names_its_json_by_context():
+    """One $OUT holds runs of several contexts of one config: a non-default context is in the name."""
+    spec = importlib.util.spec_from_file_location("bench_layers", ROOT / "scripts/gpu/bench_layers.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    names = {mod.json_name("k3-tp8-rank", c) for c in (mod.DEFAULT_CONTEXT, 8192, 32768)}
+    assert names == {"bench_layers_k3-tp8-rank.json", "bench_layers_k3-tp8-rank_ctx8192.json",
+                     "bench_layers_k3-tp8-rank_ctx32768.json"}
+
+
 def test_bench_layers_on_off_table(tmp_path, monkeypatch):
     """--kernels both: every (batch, layer) timed with the registry empty and with the promoted
     manifest loaded; one table line per pair (on the CPU no kernel runs: the arch falls back)."""
