@@ -96,11 +96,14 @@ def check_point(defn, launch: Callable[..., None], compiled, pt, n_sets: int) ->
 
 
 def time_point(defn, launch, compiled, pt, vs_compiled_ref: bool, incumbent=None) -> dict[str, Any]:
-    """Interleaved CUDA-graph timing of kernel vs reference (vs torch.compile'd reference,
-    vs an incumbent kernel) with inputs rotated past L2."""
+    """CUDA-graph timing with inputs rotated past L2, in two interleaved groups (A B B A within
+    each): the kernel beside the incumbent kernel (when given), then the eager reference beside
+    its torch.compile. The references stay out of the kernels' group: session 36's A/A probe
+    (one kernel.py loaded twice, skinny_gemm mla_qkv_a, scripts/gpu/aa_probe.py) read the two
+    copies 0.977-0.980 apart with the eager reference between them in the interleave and 1.025
+    with the order reversed, their spread 4-7% instead of 0.3-0.8%, and 0.999-1.000 with the
+    kernels alone (results/h200/session36/aa_skinny.log)."""
     import torch
-
-    from harness.opdef import Role
 
     from .timing import rotation_copies, time_interleaved
 
@@ -110,20 +113,29 @@ def time_point(defn, launch, compiled, pt, vs_compiled_ref: bool, incumbent=None
     n = rotation_copies(per_set, l2)
     sets = [base] + [{k: v.clone() for k, v in base.items()} for _ in range(n - 1)]
     outs = [defn.alloc_outputs(pt, "cuda") for _ in range(n)]
-    impls: dict[str, Callable[[int], None]] = {
-        "kernel": lambda i: launch(compiled, **sets[i], **outs[i]),
-        "reference": lambda i: defn.reference(**sets[i]),
-    }
+    inc = None
     if incumbent is not None:
         inc_launch, inc_compiled = incumbent
-        impls["incumbent"] = lambda i: inc_launch(inc_compiled, **sets[i], **outs[i])
-    if vs_compiled_ref:
-        ref_c = torch.compile(defn.reference, dynamic=False)
-        impls["compiled_reference"] = lambda i: ref_c(**sets[i])
-    stats = time_interleaved(impls, n_sets=n)
-    _ = Role
+        inc = lambda i: inc_launch(inc_compiled, **sets[i], **outs[i])  # noqa: E731
+    ref_c = torch.compile(defn.reference, dynamic=False) if vs_compiled_ref else None
+    groups = timing_groups(lambda i: launch(compiled, **sets[i], **outs[i]), inc,
+                           lambda i: defn.reference(**sets[i]), (lambda i: ref_c(**sets[i])) if ref_c else None)
+    stats = {}
+    for g in groups:
+        stats.update(time_interleaved(g, n_sets=n))
     return {"rotation_copies": n, "rotation_bytes": n * per_set, "l2_bytes": l2,
-            "stats": {k: v.as_dict() for k, v in stats.items()}}
+            "groups": [list(g) for g in groups], "stats": {k: v.as_dict() for k, v in stats.items()}}
+
+
+Impl = Callable[[int], None]
+
+
+def timing_groups(kernel: Impl, incumbent: Impl | None, reference: Impl, compiled_reference: Impl | None) -> list[dict[str, Impl]]:
+    """time_point's interleaved groups: the kernels (the candidate, and the incumbent when there
+    is one) in the first, the references (eager, and torch.compile when asked) in the second."""
+    kernels = {"kernel": kernel, **({"incumbent": incumbent} if incumbent is not None else {})}
+    refs = {"reference": reference, **({"compiled_reference": compiled_reference} if compiled_reference else {})}
+    return [kernels, refs]
 
 
 def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:

@@ -9,7 +9,8 @@ For every op with human candidates (kernels_generated/<op>/*/candidate.json, aut
      first, checked with harness.compare (the tolerance kinds of the op definition);
   2. timing (docs/fast_track_gates.md section 4, harness/toolchain/timing.py): reference eager,
      torch.compile of the reference and each candidate, CUDA-graph replay, inputs and weights
-     rotated past 3 x L2, interleaved A B B A, median of repeats;
+     rotated past 3 x L2, interleaved A B B A, median of repeats; the candidates (and the op's
+     baseline) in one interleaved group, the references in a second (timing_groups);
   3. the HBM floor = op.min_bytes / bandwidth of a device copy measured in the same run, and
      the launch floor: what the same timing charges an empty CuTe DSL kernel of 128 CTAs
      (scripts/gpu/launch_floor.py; ~1.1 us on the H200), so "floor+launch" is the least any
@@ -199,6 +200,19 @@ def check_point(defn, mod, compiled, point: Point, seed: int = 0) -> dict:
 
 
 COPY = "copy"                              # the copy yardstick's column in a row's times
+REFERENCES = ("eager", "compile")          # timed in a group of their own: see timing_groups
+
+
+def timing_groups(impls: dict) -> list[dict]:
+    """The interleaved groups a point is timed in: the kernels (candidates, and the op's torch /
+    cuBLAS baseline) first, then the references (eager, torch.compile), each group A B B A. Since
+    session 36: with the eager reference inside the kernels' interleave, one skinny_gemm kernel.py
+    loaded twice read 0.977-1.025 against itself depending on the order, each copy 2.5-5% slower
+    with a 4-7% spread, and 0.999-1.000 (spread 0.3-0.8%) without it (scripts/gpu/aa_probe.py,
+    results/h200/session36/aa_skinny.log). Runs before session 36 timed all in one group."""
+    kernels = {n: f for n, f in impls.items() if n not in REFERENCES}
+    refs = {n: f for n, f in impls.items() if n in REFERENCES}
+    return [g for g in (kernels, refs) if g]
 
 
 def copy_elems(min_bytes: int) -> int:
@@ -357,16 +371,17 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
                 except Exception as exc:  # noqa: BLE001
                     times[name] = {"error": err_text(exc)}
             good = {n: f for n, f in impls.items() if n not in times}
-            try:
-                stats = timing.time_interleaved(good, len(sets), calls_per_graph=CALLS_PER_GRAPH, rounds=rounds)
-                times.update({n: s.as_dict() for n, s in stats.items()})
-            except Exception as exc:  # noqa: BLE001 - fall back to one graph per impl
-                for n, f in good.items():
-                    try:
-                        times[n] = timing.time_interleaved({n: f}, len(sets), CALLS_PER_GRAPH, rounds).get(n).as_dict()
-                    except Exception as exc2:  # noqa: BLE001
-                        times[n] = {"error": err_text(exc2)}
-                times["_interleave_error"] = err_text(exc)
+            for group in timing_groups(good):
+                try:
+                    stats = timing.time_interleaved(group, len(sets), calls_per_graph=CALLS_PER_GRAPH, rounds=rounds)
+                    times.update({n: s.as_dict() for n, s in stats.items()})
+                except Exception as exc:  # noqa: BLE001 - fall back to one graph per impl
+                    for n, f in group.items():
+                        try:
+                            times[n] = timing.time_interleaved({n: f}, len(sets), CALLS_PER_GRAPH, rounds).get(n).as_dict()
+                        except Exception as exc2:  # noqa: BLE001
+                            times[n] = {"error": err_text(exc2)}
+                    times["_interleave_error"] = err_text(exc)
             if copy_floor:                          # its own group: see copy_yardstick_time
                 times[COPY] = copy_yardstick_time(row["min_bytes"], len(sets), rounds)
             timed_by_shape[shape_key] = times

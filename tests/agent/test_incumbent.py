@@ -490,3 +490,17 @@ def test_first_llm_draft_prompt_shows_the_promoted_kernel(harness_root):
     second = next(m["content"] for m in srv.requests[1]["body"]["messages"]     # round 2 has a best of its own
                   if m["role"] == "user" and "## Target" in m["content"])
     assert "The kernel in production" not in second and "## Current best kernel" in second
+
+
+# ---- the worker's timing groups -----------------------------------------------------------------------
+def test_the_kernels_are_timed_apart_from_the_references():
+    """Session 36's A/A probe: with the eager reference inside the kernels' interleave, one kernel.py
+    loaded twice read 0.977-1.025 against itself (by order), 0.999-1.000 without it. The worker's
+    first group holds the kernels only, the second the references."""
+    from harness.toolchain.gpu_eval import timing_groups
+
+    k, i, r, c = (lambda n: None), (lambda n: None), (lambda n: None), (lambda n: None)
+    assert [list(g) for g in timing_groups(k, i, r, c)] == [["kernel", "incumbent"], ["reference", "compiled_reference"]]
+    assert [list(g) for g in timing_groups(k, None, r, None)] == [["kernel"], ["reference"]]
+    groups = timing_groups(k, i, r, c)
+    assert groups[0]["kernel"] is k and groups[0]["incumbent"] is i and groups[1]["reference"] is r

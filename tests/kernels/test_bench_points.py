@@ -185,3 +185,13 @@ def test_table_shows_the_bar_column_of_a_tp_dependent_baseline(bench, capsys):
     cells = [c.strip() for c in row.split("|")]
     assert cells[cols.index("cublas+situ")] == "12.00"
     assert cells[cols.index("best vs cublas+situ")] == "1.20"
+
+
+def test_references_are_timed_in_a_group_of_their_own(bench):
+    """Session 36's A/A probe: the eager reference inside the kernels' interleave biased two copies
+    of one kernel 2-2.5% apart by order; the candidates and the baseline form the first group."""
+    impls = {"eager": 1, "compile": 2, "cublas": 3, "swapab:c8b7a7": 4, "swapab:268009": 5}
+    assert bench.timing_groups(impls) == [{"cublas": 3, "swapab:c8b7a7": 4, "swapab:268009": 5},
+                                          {"eager": 1, "compile": 2}]
+    assert bench.timing_groups({"swapab:c8b7a7": 4}) == [{"swapab:c8b7a7": 4}]      # --no-eager --no-compile-baseline
+    assert bench.timing_groups({"eager": 1}) == [{"eager": 1}]
