@@ -391,6 +391,19 @@ def test_search_points_cover_state_dtypes_and_shapes_at_a_tp_in_scope():
     assert promoted_incumbents(other, [Point(batch=1, tp=8, shape="kda_in_proj")]) == []
 
 
+def test_feedback_names_the_kernel_timed_at_each_point():
+    """skinny_gemm: the narrow kernel runs mla_qkv_a, the broad one the latent GEMMs; each line of the
+    feedback names the one its incumbent time is from."""
+    rec = CandidateRecord(id="d3", round=1, slot=0, author="llm",
+                          evaluate=EvalInfo(StageStatus.OK, "OK", incumbent="c8b7a753866a,268009f21621", timings=[
+                              Timing(1, 8, 9.3, 9.26, 7.2, 46.0, 65.0, shape="mla_qkv_a", incumbent_id="c8b7a753866a"),
+                              Timing(1, 8, 14.1, 14.06, 12.2, 69.0, 106.0, shape="latent_down",
+                                     incumbent_id="268009f21621")]))
+    text = feedback_prompt(rec, gpu("h200"))
+    assert "- B=1 mla_qkv_a: 9.30 us; the incumbent (promoted kernel c8b7a753866a) 9.26 us" in text
+    assert "- B=1 latent_down: 14.10 us; the incumbent (promoted kernel 268009f21621) 14.06 us" in text
+
+
 def test_feedback_names_the_static_key_of_each_point():
     rec = CandidateRecord(id="d2", round=1, slot=0, author="llm",
                           evaluate=EvalInfo(StageStatus.OK, "OK", timings=[
