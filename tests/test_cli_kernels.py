@@ -173,6 +173,21 @@ def test_eval_vs_promoted_times_each_point_against_the_kernel_that_runs_it(run_c
     assert load_candidate("skinny_gemm", order[0]).scope.shapes == ("mla_qkv_a",)
 
 
+def test_eval_warns_where_the_timing_spread_is_high(run_cli, monkeypatch) -> None:
+    """A kernel whose samples spread past 3% (session 36: the eager reference in the kernels'
+    interleave read 4-7%) gets a warning line naming the point; a quiet point does not."""
+    def fake_eval(cand, points, **kw):
+        rep = _eval_report(OP, [{"batch": 1}, {"batch": 8}])
+        rep.points[1].timing_us["kernel"]["spread_pct"] = 6.4
+        return rep
+
+    monkeypatch.setattr(toolchain, "evaluate_candidate", fake_eval)
+    code, out, err = run_cli(["eval", OP, _promoted(OP), "--batch", "1,8"])
+    assert code == 0, err
+    warn = [ln for ln in out.splitlines() if "timing spread above 3%" in ln]
+    assert len(warn) == 1 and "B=8 TP8" in warn[0] and "B=1 TP8" not in warn[0], out
+
+
 def test_eval_vs_promoted_without_a_covering_kernel_is_one_line_exit_2(run_cli, no_work) -> None:
     code, out, err = run_cli(["eval", OP, _promoted(OP), "--batch", "1", "--vs", "promoted"])
     assert code == 2 and "Traceback" not in out + err
