@@ -105,14 +105,10 @@ def time_point(defn, launch, compiled, pt, vs_compiled_ref: bool, incumbent=None
     kernels alone (results/h200/session36/aa_skinny.log)."""
     import torch
 
-    from .timing import rotation_copies, time_interleaved
+    from .timing import time_interleaved
 
-    base = defn.make_inputs(pt, torch.Generator().manual_seed(_fresh_seed()), "cuda")
-    per_set = sum(v.numel() * v.element_size() for v in base.values())
-    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 * 2**20))
-    n = rotation_copies(per_set, l2)
-    sets = [base] + [{k: v.clone() for k, v in base.items()} for _ in range(n - 1)]
-    outs = [defn.alloc_outputs(pt, "cuda") for _ in range(n)]
+    sets, outs, per_set, l2 = rotated_inputs(defn, pt, _fresh_seed())
+    n = len(sets)
     inc = None
     if incumbent is not None:
         inc_launch, inc_compiled = incumbent
@@ -127,15 +123,39 @@ def time_point(defn, launch, compiled, pt, vs_compiled_ref: bool, incumbent=None
             "groups": [list(g) for g in groups], "stats": {k: v.as_dict() for k, v in stats.items()}}
 
 
+def rotated_inputs(defn, pt, seed: int) -> tuple[list[dict], list[dict], int, int]:
+    """(input sets, output sets, bytes of one input set, L2 bytes): enough copies of one random
+    input set to rotate past L2 (timing.rotation_copies), each with its own outputs."""
+    import torch
+
+    from .timing import rotation_copies
+
+    base = defn.make_inputs(pt, torch.Generator().manual_seed(seed), "cuda")
+    per_set = sum(v.numel() * v.element_size() for v in base.values())
+    l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 * 2**20))
+    n = rotation_copies(per_set, l2)
+    sets = [base] + [{k: v.clone() for k, v in base.items()} for _ in range(n - 1)]
+    return sets, [defn.alloc_outputs(pt, "cuda") for _ in range(n)], per_set, l2
+
+
 Impl = Callable[[int], None]
 
 
 def timing_groups(kernel: Impl, incumbent: Impl | None, reference: Impl, compiled_reference: Impl | None) -> list[dict[str, Impl]]:
     """time_point's interleaved groups: the kernels (the candidate, and the incumbent when there
     is one) in the first, the references (eager, and torch.compile when asked) in the second."""
-    kernels = {"kernel": kernel, **({"incumbent": incumbent} if incumbent is not None else {})}
-    refs = {"reference": reference, **({"compiled_reference": compiled_reference} if compiled_reference else {})}
-    return [kernels, refs]
+    impls = {"kernel": kernel, "incumbent": incumbent, "reference": reference, "compiled_reference": compiled_reference}
+    return split_references({n: f for n, f in impls.items() if f is not None}, ("reference", "compiled_reference"))
+
+
+def split_references(impls: dict[str, Any], references: tuple[str, ...]) -> list[dict[str, Any]]:
+    """`impls` as the interleaved groups to time them in: the kernels first, the named references
+    in a second group, order kept, empty groups left out. The loop's worker (timing_groups) and
+    scripts/gpu/bench_kernels.py both time this way (session 36's A/A probe: the eager reference
+    inside the kernels' interleave biased two copies of one kernel 2-2.5% apart by order)."""
+    kernels = {n: f for n, f in impls.items() if n not in references}
+    refs = {n: f for n, f in impls.items() if n in references}
+    return [g for g in (kernels, refs) if g]
 
 
 def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:

@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> dict:
     from harness.toolchain import gpu_eval
     from harness.toolchain.candidate import load_candidate
     from harness.toolchain.compile import COMPILE_OPTIONS, static_for_point
-    from harness.toolchain.timing import rotation_copies, time_interleaved
+    from harness.toolchain.timing import time_interleaved
 
     defn = reference_impls.get(a.op)
     cand = load_candidate(a.op, a.candidate)
@@ -58,12 +58,8 @@ def main(argv: list[str] | None = None) -> dict:
         static = static_for_point(defn, pt)
         fns = [gpu_eval._load_incumbent(str(cand.kernel_path), i, {"options": COMPILE_OPTIONS}, pt, static)
                for i in (0, 1)]
-        base = defn.make_inputs(pt, torch.Generator().manual_seed(1), "cuda")
-        per_set = sum(v.numel() * v.element_size() for v in base.values())
-        l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 60 * 2**20))
-        n = rotation_copies(per_set, l2)
-        sets = [base] + [{k: v.clone() for k, v in base.items()} for _ in range(n - 1)]
-        outs = [defn.alloc_outputs(pt, "cuda") for _ in range(n)]
+        sets, outs, _, _ = gpu_eval.rotated_inputs(defn, pt, seed=1)
+        n = len(sets)
         impls = {"kernel": lambda i: fns[0][0](fns[0][1], **sets[i], **outs[i]),
                  "incumbent": lambda i: fns[1][0](fns[1][1], **sets[i], **outs[i]),
                  "reference": lambda i: defn.reference(**sets[i])}

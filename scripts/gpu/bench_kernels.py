@@ -57,6 +57,7 @@ from harness.compare import compare  # noqa: E402
 from harness.hardware import gpu  # noqa: E402
 from harness.opdef import Point, Role, SWEEP_BATCHES  # noqa: E402
 from harness.toolchain import timing  # noqa: E402
+from harness.toolchain.gpu_eval import split_references  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_watchdog import StepWatchdog  # noqa: E402
@@ -204,15 +205,14 @@ REFERENCES = ("eager", "compile")          # timed in a group of their own: see 
 
 
 def timing_groups(impls: dict) -> list[dict]:
-    """The interleaved groups a point is timed in: the kernels (candidates, and the op's torch /
-    cuBLAS baseline) first, then the references (eager, torch.compile), each group A B B A. Since
-    session 36: with the eager reference inside the kernels' interleave, one skinny_gemm kernel.py
-    loaded twice read 0.977-1.025 against itself depending on the order, each copy 2.5-5% slower
-    with a 4-7% spread, and 0.999-1.000 (spread 0.3-0.8%) without it (scripts/gpu/aa_probe.py,
-    results/h200/session36/aa_skinny.log). Runs before session 36 timed all in one group."""
-    kernels = {n: f for n, f in impls.items() if n not in REFERENCES}
-    refs = {n: f for n, f in impls.items() if n in REFERENCES}
-    return [g for g in (kernels, refs) if g]
+    """The interleaved groups a point is timed in (gpu_eval.split_references): the kernels
+    (candidates, and the op's torch / cuBLAS baseline) first, then the references (eager,
+    torch.compile), each group A B B A. Since session 36: with the eager reference inside the
+    kernels' interleave, one skinny_gemm kernel.py loaded twice read 0.977-1.025 against itself
+    depending on the order, each copy 2.5-5% slower with a 4-7% spread, and 0.999-1.000 (spread
+    0.3-0.8%) without it (scripts/gpu/aa_probe.py, results/h200/session36/aa_skinny.log). Runs
+    before session 36 timed all in one group."""
+    return split_references(impls, REFERENCES)
 
 
 def copy_elems(min_bytes: int) -> int:

@@ -35,6 +35,7 @@ from harness.toolchain.timing import elapsed_us  # noqa: E402
 
 DEFAULT_CONTEXT = 1024              # tokens of KV cache per sequence unless --context says otherwise
 
+
 def _sync(dev: torch.device) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
