@@ -113,14 +113,46 @@ def time_point(defn, launch, compiled, pt, vs_compiled_ref: bool, incumbent=None
     if incumbent is not None:
         inc_launch, inc_compiled = incumbent
         inc = lambda i: inc_launch(inc_compiled, **sets[i], **outs[i])  # noqa: E731
-    ref_c = torch.compile(defn.reference, dynamic=False) if vs_compiled_ref else None
+    ref_c = compiled_reference(defn) if vs_compiled_ref else None
     groups = timing_groups(lambda i: launch(compiled, **sets[i], **outs[i]), inc,
-                           lambda i: defn.reference(**sets[i]), (lambda i: ref_c(**sets[i])) if ref_c else None)
+                           lambda i: defn.reference(**sets[i]), (lambda i: ref_c(sets[i], outs[i])) if ref_c else None)
     stats = {}
     for g in groups:
         stats.update(time_interleaved(g, n_sets=n))
     return {"rotation_copies": n, "rotation_bytes": n * per_set, "l2_bytes": l2,
             "groups": [list(g) for g in groups], "stats": {k: v.as_dict() for k, v in stats.items()}}
+
+
+RECOMPILE_LIMIT = 1024      # dynamo's recompile limits while a compiled reference is in use (default 8)
+
+
+def compiled_reference(defn, dynamic: bool | None = False, backend: str = "inductor") -> Callable[[dict, dict], None]:
+    """torch.compile of the op's reference, called fn(inputs, outs) and writing into the given
+    output buffers (a STATE output into its input, in place) as the kernels do; inductor fuses
+    each copy into the kernel's store (one kernel, no temporary).
+
+    Why not torch.compile(defn.reference): (1) under CUDA-graph capture a functional call's
+    output comes from the graph's pool, and the block the previous call freed serves the next,
+    so every call of a timing graph wrote one L2-resident buffer while the kernels write a
+    rotated set: session 37's group probe read the functional form 3-6% faster than situ_and_mul's
+    59ea06 at L2-sized points in a group of its own (results/h200/session37/). (2) With
+    dynamic=False dynamo compiles one graph per shape and, past its recompile limit (8 per code
+    object), silently runs the reference eagerly instead: the limits are raised here."""
+    import torch
+    import torch._dynamo.config as dynamo_config
+
+    from harness.opdef import Role
+
+    dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, RECOMPILE_LIMIT)
+    dynamo_config.accumulated_recompile_limit = max(dynamo_config.accumulated_recompile_limit, RECOMPILE_LIMIT)
+    state = frozenset(t.name for t in defn.outputs if t.role is Role.STATE)
+    reference = defn.reference
+
+    def into(inputs: dict, outs: dict) -> None:
+        for name, value in reference(**inputs).items():
+            (inputs[name] if name in state else outs[name]).copy_(value)
+
+    return torch.compile(into, dynamic=dynamic, backend=backend)
 
 
 def rotated_inputs(defn, pt, seed: int) -> tuple[list[dict], list[dict], int, int]:

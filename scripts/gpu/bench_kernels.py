@@ -11,6 +11,9 @@ For every op with human candidates (kernels_generated/<op>/*/candidate.json, aut
      torch.compile of the reference and each candidate, CUDA-graph replay, inputs and weights
      rotated past 3 x L2, interleaved A B B A, median of repeats; the candidates (and the op's
      baseline) in one interleaved group, the references in a second (timing_groups);
+     torch.compile writes into the candidates' rotated output buffers (gpu_eval.compiled_reference:
+     functional, under graph capture every call wrote one reused L2-resident output; the JSON's
+     "compile_into_outputs" says which form a run timed);
   3. the HBM floor = op.min_bytes / bandwidth of a device copy measured in the same run, and
      the launch floor: what the same timing charges an empty CuTe DSL kernel of 128 CTAs
      (scripts/gpu/launch_floor.py; ~1.1 us on the H200), so "floor+launch" is the least any
@@ -57,7 +60,7 @@ from harness.compare import compare  # noqa: E402
 from harness.hardware import gpu  # noqa: E402
 from harness.opdef import Point, Role, SWEEP_BATCHES  # noqa: E402
 from harness.toolchain import timing  # noqa: E402
-from harness.toolchain.gpu_eval import split_references  # noqa: E402
+from harness.toolchain.gpu_eval import compiled_reference, split_references  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from step_watchdog import StepWatchdog  # noqa: E402
@@ -310,7 +313,7 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
             loaded[c["label"]] = (mod, {})
         except Exception as exc:  # noqa: BLE001 - one bad candidate must not stop the others
             info["error"] = err_text(exc)
-    compiled_ref = torch.compile(defn.reference) if use_compile else None
+    compiled_ref = compiled_reference(defn, dynamic=None) if use_compile else None    # shapes: dynamo's automatic dynamic
     timed_by_shape: dict[str, dict] = {}
     baseline = BASELINES.get(op)
     tp_baselines: dict[int, tuple] = {}
@@ -332,7 +335,7 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
         if use_eager:
             impls["eager"] = lambda i, s=sets: defn.reference(**s[i])
         if compiled_ref is not None:
-            impls["compile"] = lambda i, s=sets: compiled_ref(**s[i])
+            impls["compile"] = lambda i, s=sets, o=outs: compiled_ref(s[i], o[i])
         if copy_floor:
             row["copy_bytes"] = 8 * copy_elems(row["min_bytes"])
         if baseline is not None:
@@ -479,7 +482,8 @@ def main() -> None:
     out_file = out_dir / f"bench_kernels_{'-'.join(o for o in args.ops.split(',') if o)}.json"
     bw = timing.measure_bandwidth()
     result = {"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__,
-              "bandwidth_bytes_per_s": bw, "max_copies": args.max_copies, "eager": not args.no_eager, "ops": {}}
+              "bandwidth_bytes_per_s": bw, "max_copies": args.max_copies, "eager": not args.no_eager,
+              "compile_into_outputs": True, "ops": {}}
     print(f"device {result['device']} ({arch}), copy bandwidth {bw / 1e12:.2f} TB/s")
     launch_us = None
     if not args.no_launch_floor:

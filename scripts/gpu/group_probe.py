@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-copies", type=int, default=4096)
+    ap.add_argument("--compile-into-outputs", action="store_true",
+                    help="C and C2 write into rotated output buffers (gpu_eval.compiled_reference), not functional")
     a = ap.parse_args(argv)
 
     import torch
@@ -89,7 +91,8 @@ def main(argv: list[str] | None = None) -> dict:
     if len(cands) != 1:
         raise SystemExit(f"{a.op}: '{a.candidate}' names {len(cands)} candidates, not one")
     mods = [bk.load_kernel(cands[0]["path"]) for _ in range(2)]
-    compiled = torch.compile(defn.reference)
+    from harness.toolchain.gpu_eval import compiled_reference
+    compiled = compiled_reference(defn, dynamic=None) if a.compile_into_outputs else torch.compile(defn.reference)
     rows = []
     for b in (int(x) for x in a.batches.split(",")):
         pt = Point(batch=b, tp=a.tp, shape=a.shape, state_dtype=a.state_dtype)
@@ -98,8 +101,8 @@ def main(argv: list[str] | None = None) -> dict:
         ks = [m.compile(a.tp, "--enable-tvm-ffi", **bk.static_for(defn, pt)) for m in mods]
         impls = {"K": lambda i: mods[0].launch(ks[0], **bk.kernel_tensors(defn, sets[i], outs[i])),
                  "K2": lambda i: mods[1].launch(ks[1], **bk.kernel_tensors(defn, sets[i], outs2[i])),
-                 "C": lambda i: compiled(**sets[i]),
-                 "C2": lambda i: compiled(**sets[i])}
+                 "C": (lambda i: compiled(sets[i], outs[i])) if a.compile_into_outputs else (lambda i: compiled(**sets[i])),
+                 "C2": (lambda i: compiled(sets[i], outs2[i])) if a.compile_into_outputs else (lambda i: compiled(**sets[i]))}
         for f in impls.values():
             f(0)
         torch.cuda.synchronize()
@@ -124,8 +127,10 @@ def main(argv: list[str] | None = None) -> dict:
         torch.cuda.empty_cache()
     out = Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"group_probe_{a.op}_tp{a.tp}.json").write_text(
-        json.dumps({"op": a.op, "candidate": cands[0]["label"], "tp": a.tp, "rows": rows}, indent=1))
+    tag = f"{a.op}_tp{a.tp}" + ("_into" if a.compile_into_outputs else "")
+    (out / f"group_probe_{tag}.json").write_text(json.dumps(
+        {"op": a.op, "candidate": cands[0]["label"], "tp": a.tp, "compile_into_outputs": a.compile_into_outputs,
+         "rows": rows}, indent=1))
     return {"rows": rows}
 
 
