@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "gpu"))
 import reference_impls  # noqa: E402
 from harness.opdef import Point  # noqa: E402
 from harness.toolchain import timing  # noqa: E402
+from harness.toolchain.gpu_eval import compiled_reference  # noqa: E402
 
 import bench_kernels as bk  # noqa: E402
 
@@ -96,7 +97,7 @@ def main() -> None:
         defn = reference_impls.get(op)
         rec: dict = {}
         result["ops"][op] = rec
-        compiled_ref = None if args.no_compile_baseline else torch.compile(defn.reference)
+        compiled_ref = None if args.no_compile_baseline else compiled_reference(defn, dynamic=None)   # as bench_kernels.py
         mods = {}
         for c in bk.human_candidates(op, only):
             try:
@@ -108,7 +109,7 @@ def main() -> None:
             sets, outs = bk.rotated_sets(defn, point, args.max_copies)
             impls = {}
             if compiled_ref is not None:
-                impls["compile"] = lambda i, s=sets: compiled_ref(**s[i])
+                impls["compile"] = lambda i, s=sets, o=outs: compiled_ref(s[i], o[i])
             for label, (mod, cache) in mods.items():
                 try:
                     if "k" not in cache:
