@@ -30,6 +30,7 @@ from harness.opdef import Point  # noqa: E402
 from harness.promotion import read_manifest  # noqa: E402
 from harness.toolchain import timing  # noqa: E402
 from harness.toolchain.candidate import load_candidate  # noqa: E402
+from harness.toolchain.gpu_eval import compiled_reference  # noqa: E402
 
 import bench_kernels as bk  # noqa: E402
 
@@ -64,7 +65,7 @@ def main() -> None:
     routers = [candidate("moe_router", p) for p in (args.routers.split(",") if args.routers else [promoted_id("moe_router")])]
     result: dict = {"device": torch.cuda.get_device_name(), "attn_res": ar_id, "nb": args.nb,
                     "max_copies": args.max_copies, "rows": []}
-    rt_ref = torch.compile(rt_def.reference)
+    rt_ref = compiled_reference(rt_def, dynamic=None)      # into the rotated outputs, as the kernels write
     for b in [int(x) for x in args.batches.split(",")]:
         ap_, rp = Point(batch=b, tp=8, shape=f"nb{args.nb}"), Point(batch=b, tp=8)
         ar_sets, ar_outs = bk.rotated_sets(ar_def, ap_, args.max_copies)
@@ -77,7 +78,7 @@ def main() -> None:
 
         alone_name = f"attn_res {ar_id[:6]} alone"
         impls = {alone_name: attn,
-                 "+ router compile": lambda i: (attn(i), rt_ref(**dict(rt_sets[i], x=ar_outs[i]["out"])))}
+                 "+ router compile": lambda i: (attn(i), rt_ref(dict(rt_sets[i], x=ar_outs[i]["out"]), rt_outs[i]))}
         for rid, mod in routers:
             k = mod.compile(8, "--enable-tvm-ffi")
             impls[f"+ router {rid[:6]}"] = (lambda i, m=mod, k=k: (

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import reference_impls
-from harness.opdef import Point
+from harness.opdef import Point, Role
 from harness.toolchain.gpu_eval import RECOMPILE_LIMIT, compiled_reference
 
 
@@ -42,18 +42,26 @@ def test_static_shapes_past_dynamos_default_limit_stay_compiled():
     assert _unique_graphs() == 10
 
 
-def test_state_outputs_are_written_in_place_like_the_kernels():
-    defn = reference_impls.get("kda_decode")
-    pt = Point(batch=1, tp=16, state_dtype="fp32")
+@pytest.mark.parametrize("op", reference_impls.OP_NAMES)
+def test_every_output_lands_in_the_kernels_buffers(op):
+    """Every op's reference outputs are either destination buffers (alloc_outputs) or state
+    outputs, written into their input in place (kda's state and conv_state), as the kernels do."""
+    defn = reference_impls.get(op)
+    pt = Point(batch=1, tp=16, state_dtype=defn.state_dtypes[0] if defn.state_dtypes else "")
     x = defn.make_inputs(pt, torch.Generator().manual_seed(0))
     want = defn.reference(**{k: v.clone() for k, v in x.items()})
+    before = {k: v.clone() for k, v in x.items()}
     outs = defn.alloc_outputs(pt, poison=True)
-    assert set(outs) == {"o"}                       # state and conv_state alias their inputs
-    state_before = x["state"].clone()
     compiled_reference(defn, dynamic=False, backend="eager")(x, outs)
-    assert torch.equal(outs["o"], want["o"])
-    assert torch.equal(x["state"], want["state"]) and not torch.equal(x["state"], state_before)
-    assert torch.equal(x["conv_state"], want["conv_state"])
+    state = {t.name for t in defn.outputs if t.role is Role.STATE}
+    for name, value in want.items():
+        got = x[name] if name in state else outs[name]
+        assert torch.equal(got, value), name
+    for name in set(x) - state:                      # nothing else of the inputs changed
+        assert torch.equal(x[name], before[name]), name
+    if op == "kda_decode":
+        assert state == {"state", "conv_state"} and set(outs) == {"o"}
+        assert not torch.equal(x["state"], before["state"])
 
 
 def test_inductor_writes_the_given_buffer():
