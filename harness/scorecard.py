@@ -95,6 +95,7 @@ class Measurement:
     launch_floor_us: float | None = None      # the source run's empty-kernel time; None: not recorded
     copy_us: float | None = None              # the same row's copy yardstick; None: not timed
     partly_l2: bool | None = None             # the row's rotation < 3 x L2; None: not recorded
+    compile_functional: bool = False          # torch.compile timed in its functional form (runs before session 37)
     verdicts: dict[str, bool] = field(default_factory=dict)
     target_us: float = field(init=False)      # the floor target's limit on ours
     reachable: bool | None = field(init=False)   # floor + launch <= target; None: launch unknown
@@ -268,7 +269,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
     """`kept_by`: points of the scope where a narrower promoted kernel of the op runs (point ->
     its id): left out of this card, judged on that kernel's card."""
     latest: dict[Point, Measurement] = {}
-    compile_at: dict[Point, tuple[float, str]] = {}
+    compile_at: dict[Point, tuple[float, str, bool]] = {}
     eager_at: dict[Point, tuple[float, str]] = {}
     from harness.registry import KernelScope
 
@@ -283,6 +284,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
         if not rec:
             continue
         src, launch_us = _rel(path, root), _launch_floor_us(data)
+        functional = not data.get("compile_into_outputs", False)
         col, cid = next(((label, i) for i in ids for label, info in rec.get("candidates", {}).items()
                          if info.get("id") == i), (None, None))
         if cid is not None:
@@ -293,7 +295,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
                 continue
             comp = _median(times, "compile")
             if comp is not None:
-                compile_at[p] = (comp, src)
+                compile_at[p] = (comp, src, functional)
             if (eager := _median(times, "eager")) is not None:
                 eager_at[p] = (eager, src)
             ours = _median(times, col)
@@ -309,10 +311,11 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             latest[p] = Measurement(p, ours, float(row["floor_us"]), src, eager_us=_median(times, "eager"),
                                     compile_us=comp, cublas_us=_median(times, "cublas"),
                                     pair_us=_median(times, pair), launch_floor_us=launch_us,
-                                    copy_us=_median(times, "copy"), partly_l2=_partly_l2(row))
+                                    copy_us=_median(times, "copy"), partly_l2=_partly_l2(row),
+                                    compile_functional=comp is not None and functional)
     for m in latest.values():
         if m.compile_us is None and m.point in compile_at:
-            m.compile_us, m.compile_source = compile_at[m.point]
+            m.compile_us, m.compile_source, m.compile_functional = compile_at[m.point]
         if m.eager_us is None and m.point in eager_at:
             m.eager_us, m.eager_source = eager_at[m.point]
         m.verdicts = judge(op, m)
@@ -452,6 +455,10 @@ L2_LEGEND = (f"(L2): the run rotated less than {L2_ROTATION_FACTOR:g} x L2 of th
              "attn_res's blocks or the weights)")
 BEYOND_COPY_LEGEND = ("floor MISS^: beyond a copy, a plain streaming kernel moving the point's bytes (the run's copy "
                       "column, same timing) already exceeds the target")
+FUNCTIONAL_COMPILE_LEGEND = (
+    "torch.compile at {n} of {total} points is its functional form (runs before session 37): under CUDA-graph "
+    "capture every call reused one L2-resident output block while ours write rotated outputs, which read it "
+    "up to 6% fast at small points (results/h200/session37/); later runs time it writing into the same rotated outputs")
 
 
 def mark(target: str, ok: bool, m: Measurement) -> str:
@@ -497,6 +504,8 @@ def render(c: OpCard) -> str:
             lines.append(BEYOND_COPY_LEGEND)
         if any(m.partly_l2 for m in c.measured):
             lines.append(L2_LEGEND)
+        if (n := sum(m.compile_functional for m in c.measured)):
+            lines.append(FUNCTIONAL_COMPILE_LEGEND.format(n=n, total=len(c.measured)))
     lines += summary_lines(c)
     return "\n".join(lines)
 

@@ -399,3 +399,23 @@ def test_a_row_partly_from_l2_never_replaces_one_that_rotated_past_it(sc, tmp_pa
     by_batch = {m.point.batch: m for m in c.measured}
     assert by_batch[1].ours_us == 2.0 and by_batch[1].source.endswith("a_cold.json") and by_batch[1].partly_l2 is False
     assert by_batch[2].ours_us == 1.0 and by_batch[2].source.endswith("b_warm.json")
+
+
+def test_a_functional_torch_compile_is_named_as_such(sc, tmp_path):
+    """Runs before session 37 timed torch.compile's functional form (one reused L2-resident output
+    block under graph capture); the card says at how many points its compile column is that."""
+    res = _results(tmp_path, [1, 2])
+    _bench(res / "a_old.json", [_row(1, 1.1, compile_us=1.0), _row(2, 1.2, compile_us=1.3)])
+    [c] = sc.scorecards(tmp_path, res)
+    assert [m.compile_functional for m in c.measured] == [True, True]
+    assert sc.FUNCTIONAL_COMPILE_LEGEND.format(n=2, total=2) in sc.render(c).splitlines()
+    _bench(res / "b_new.json", [_row(2, 1.2, compile_us=1.4)])        # a later run, into outputs, at B=2
+    raw = json.loads((res / "b_new.json").read_text())
+    raw["compile_into_outputs"] = True
+    (res / "b_new.json").write_text(json.dumps(raw))
+    [c] = sc.scorecards(tmp_path, res)
+    by = {m.point.batch: m for m in c.measured}
+    assert (by[1].compile_functional, by[2].compile_functional) == (True, False)
+    assert sc.FUNCTIONAL_COMPILE_LEGEND.format(n=1, total=2) in sc.render(c).splitlines()
+    rows = json.loads(sc.report(tmp_path, results=res, as_json=True))["ops"][0]["measured"]
+    assert [m["compile_functional"] for m in rows] == [True, False]
