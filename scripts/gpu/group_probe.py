@@ -64,6 +64,18 @@ def timed_group(impls: dict, n_sets: int, calls: int, rounds: int) -> tuple[dict
     return {n: statistics.median([v - sep for v in vals]) for n, vals in samples.items()}, sep
 
 
+def median_ratios(rows: list[dict], batch: int) -> dict[str, tuple[str, str, float]]:
+    """Per arrangement timed at `batch`: (second, first, median over repeats of second / first),
+    first and second in the arrangement's order (split: C/K; joint_rev: K/C; A/A: copy / original)."""
+    out = {}
+    for name, groups in ARRANGEMENTS.items():
+        rs = [x for x in rows if x["batch"] == batch and x["arrangement"] == name]
+        if rs:
+            first, second = [k for g in groups for k in g][:2]
+            out[name] = (second, first, statistics.median(x["us"][second] / x["us"][first] for x in rs))
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--op", required=True)
@@ -118,10 +130,7 @@ def main(argv: list[str] | None = None) -> dict:
                 rows.append(row)
                 print(f"B={b:<3} {name:10s} r{r} " + " ".join(f"{k} {v:.3f}" for k, v in med.items())
                       + "  sep " + "/".join(f"{s:.3f}" for s in seps), flush=True)
-        for name, groups in ARRANGEMENTS.items():
-            rs = [x for x in rows if x["batch"] == b and x["arrangement"] == name]
-            first, second = [k for g in groups for k in g][:2]
-            ratio = statistics.median(x["us"][second] / x["us"][first] for x in rs)
+        for name, (second, first, ratio) in median_ratios(rows, b).items():
             print(f"B={b:<3} {name:10s} median {second}/{first} {ratio:.3f}", flush=True)
         del sets, outs, outs2
         torch.cuda.empty_cache()
