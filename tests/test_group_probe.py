@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import pytest
+from gpu_scripts import gpu_script
 
-from tests.gpu_scripts import gpu_script
 
 
 @pytest.fixture(scope="module")
