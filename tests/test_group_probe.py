@@ -5,7 +5,6 @@ import pytest
 from gpu_scripts import gpu_script
 
 
-
 @pytest.fixture(scope="module")
 def gp():
     return gpu_script("group_probe")
