@@ -7,7 +7,8 @@ torch.compile), and each group subtracts its own separator median (timing.time_i
 timeline read 59ea06 the shorter kernel (1.56 against 1.74 us at B=64). This probe times one
 candidate (K, and the same kernel.py loaded again: K2) and torch.compile of the reference (C, and
 the same compiled function in a second graph: C2) at each point in five arrangements, each
-repeated:
+repeated (K2, and C2 with --compile-into-outputs, write a second set of rotated outputs, so an A/A
+that reads off 1.00 may also be those buffers' placement in L2):
 
     split      [K] then [C]     (bench_kernels.py since session 36)
     joint      [K, C]           (one interleave, as before session 36)
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     import bench_kernels as bk
     import reference_impls
     from harness.opdef import Point
+    from harness.toolchain.gpu_eval import compiled_reference
 
     os.environ.setdefault("CUTE_DSL_ARCH", bk.arch_of_device())
     defn = reference_impls.get(a.op)
@@ -103,7 +105,6 @@ def main(argv: list[str] | None = None) -> dict:
     if len(cands) != 1:
         raise SystemExit(f"{a.op}: '{a.candidate}' names {len(cands)} candidates, not one")
     mods = [bk.load_kernel(cands[0]["path"]) for _ in range(2)]
-    from harness.toolchain.gpu_eval import compiled_reference
     compiled = compiled_reference(defn, dynamic=None) if a.compile_into_outputs else torch.compile(defn.reference)
     rows = []
     for b in (int(x) for x in a.batches.split(",")):
