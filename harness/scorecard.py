@@ -96,6 +96,7 @@ class Measurement:
     copy_us: float | None = None              # the same row's copy yardstick; None: not timed
     partly_l2: bool | None = None             # the row's rotation < 3 x L2; None: not recorded
     compile_functional: bool = False          # torch.compile timed in its functional form (runs before session 37)
+    eager_partly_l2: bool = False             # eager rotated fewer sets (--eager-copies), < 3 x L2 of them
     verdicts: dict[str, bool] = field(default_factory=dict)
     target_us: float = field(init=False)      # the floor target's limit on ours
     reachable: bool | None = field(init=False)   # floor + launch <= target; None: launch unknown
@@ -209,6 +210,14 @@ def _partly_l2(row: dict) -> bool | None:
     return None if not isinstance(rot, (int, float)) else partly_in_l2(rot, L2_BYTES)
 
 
+def _eager_partly_l2(row: dict) -> bool:
+    """Whether the row's eager reference rotated its own, smaller set of inputs (bench_kernels.py
+    --eager-copies) spanning less than 3 x L2; rows without eager_rotation_bytes rotated the
+    kernels' sets (rotation_bytes, marked on the point)."""
+    rot = row.get("eager_rotation_bytes")
+    return isinstance(rot, (int, float)) and partly_in_l2(rot, L2_BYTES)
+
+
 def _point(row: dict, scope: dict) -> Point:
     """A row's point on the scope's axes: a shape or state dtype the op does not have is dropped
     (session 2's runs wrote state_dtype "fp32" for every op)."""
@@ -270,7 +279,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
     its id): left out of this card, judged on that kernel's card."""
     latest: dict[Point, Measurement] = {}
     compile_at: dict[Point, tuple[float, str, bool]] = {}
-    eager_at: dict[Point, tuple[float, str]] = {}
+    eager_at: dict[Point, tuple[float, str, bool]] = {}
     from harness.registry import KernelScope
 
     kept_by = kept_by or {}
@@ -297,7 +306,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             if comp is not None:
                 compile_at[p] = (comp, src, functional)
             if (eager := _median(times, "eager")) is not None:
-                eager_at[p] = (eager, src)
+                eager_at[p] = (eager, src, _eager_partly_l2(row))
             ours = _median(times, col)
             if ours is None:
                 continue
@@ -312,12 +321,13 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
                                     compile_us=comp, cublas_us=_median(times, "cublas"),
                                     pair_us=_median(times, pair), launch_floor_us=launch_us,
                                     copy_us=_median(times, "copy"), partly_l2=_partly_l2(row),
-                                    compile_functional=comp is not None and functional)
+                                    compile_functional=comp is not None and functional,
+                                    eager_partly_l2=_eager_partly_l2(row))
     for m in latest.values():
         if m.compile_us is None and m.point in compile_at:
             m.compile_us, m.compile_source, m.compile_functional = compile_at[m.point]
         if m.eager_us is None and m.point in eager_at:
-            m.eager_us, m.eager_source = eager_at[m.point]
+            m.eager_us, m.eager_source, m.eager_partly_l2 = eager_at[m.point]
         m.verdicts = judge(op, m)
     measured = [latest[p] for p in sorted(latest)]
     done = {_work(op, p) for p in latest}
@@ -453,6 +463,9 @@ UNREACHABLE_LEGEND = (f"floor MISS*: unreachable under this timing, floor+launch
 L2_LEGEND = (f"(L2): the run rotated less than {L2_ROTATION_FACTOR:g} x L2 of this point's inputs, so part of each "
              "call was served from L2 (decode finds the previous sublayer's output there, not kda's state, "
              "attn_res's blocks or the weights)")
+EAGER_L2_LEGEND = (f"eager (L2): the eager reference rotated fewer input sets than the kernels (bench_kernels.py "
+                   f"--eager-copies), less than {L2_ROTATION_FACTOR:g} x L2 of them; eager is context, no target "
+                   "reads it")
 BEYOND_COPY_LEGEND = ("floor MISS^: beyond a copy, a plain streaming kernel moving the point's bytes (the run's copy "
                       "column, same timing) already exceeds the target")
 FUNCTIONAL_COMPILE_LEGEND = (
@@ -493,7 +506,8 @@ def render(c: OpCard) -> str:
                 f"{m.compile_us / m.ours_us:.2f}x" + (" (other run)" if m.compile_source else "")
             marks = " ".join(mark(t, ok, m) for t, ok in m.verdicts.items())
             base = m.cublas_us if m.cublas_us is not None else m.pair_us
-            eager = _f(m.eager_us, 1) + (" (other run)" if m.eager_source else "")
+            eager = (_f(m.eager_us, 1) + (" (L2)" if m.eager_partly_l2 and m.eager_us is not None else "")
+                     + (" (other run)" if m.eager_source else ""))
             lines.append(f"| {m.point.label()}{' (L2)' if m.partly_l2 else ''} | {eager} | {_f(m.compile_us)} | {_f(base)} | "
                          f"{_f(m.ours_us)} | {_f(m.floor_us)} | {_f(m.floor_plus_launch_us())} | {_f(m.copy_us)} | "
                          f"{m.ours_us / m.floor_us:.2f} | {vs} | {marks} | {m.source} |")
@@ -504,6 +518,8 @@ def render(c: OpCard) -> str:
             lines.append(BEYOND_COPY_LEGEND)
         if any(m.partly_l2 for m in c.measured):
             lines.append(L2_LEGEND)
+        if any(m.eager_partly_l2 for m in c.measured):
+            lines.append(EAGER_L2_LEGEND)
         if (n := sum(m.compile_functional for m in c.measured)):
             lines.append(FUNCTIONAL_COMPILE_LEGEND.format(n=n, total=len(c.measured)))
     lines += summary_lines(c)

@@ -419,3 +419,30 @@ def test_a_functional_torch_compile_is_named_as_such(sc, tmp_path):
     assert sc.FUNCTIONAL_COMPILE_LEGEND.format(n=1, total=2) in sc.render(c).splitlines()
     rows = json.loads(sc.report(tmp_path, results=res, as_json=True))["ops"][0]["measured"]
     assert [m["compile_functional"] for m in rows] == [True, False]
+
+
+def test_an_eager_reference_on_fewer_rotated_sets_is_marked(sc, tmp_path):
+    """bench_kernels.py --eager-copies times eager on its own, smaller rotation; where that spans
+    less than 3 x L2 the eager cell says (L2) and the card adds the legend, while the point's own
+    mark still follows the kernels' rotation."""
+    res = _results(tmp_path, [1, 4])
+    l2_rotation = int(sc.L2_ROTATION_FACTOR * sc.L2_BYTES)
+    rows = [_row(b, 1.0 + b / 10, compile_us=1.5) for b in (1, 2, 4)]
+    for r in rows:
+        r["rotation_bytes"] = l2_rotation
+    rows[0]["eager_rotation_bytes"] = 64 * 10_000      # partly in L2
+    rows[1]["eager_rotation_bytes"] = l2_rotation      # past it: no mark
+    _bench(res / "a.json", rows)                       # B=4: eager on the kernels' sets
+    [c] = sc.scorecards(tmp_path, res)
+    by = {m.point.batch: m for m in c.measured}
+    assert {b: m.eager_partly_l2 for b, m in by.items()} == {1: True, 2: False, 4: False}
+    assert all(m.partly_l2 is False for m in c.measured)
+    lines = sc.render(c).splitlines()
+    assert any(line.startswith("| TP8 B=1 | 15.0 (L2) |") for line in lines)
+    assert any(line.startswith("| TP8 B=2 | 15.0 |") for line in lines)
+    assert sc.EAGER_L2_LEGEND in lines
+    for r in rows:
+        r.pop("eager_rotation_bytes", None)
+    _bench(res / "a.json", rows)
+    [c] = sc.scorecards(tmp_path, res)
+    assert sc.EAGER_L2_LEGEND not in sc.render(c).splitlines()

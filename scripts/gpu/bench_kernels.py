@@ -218,6 +218,21 @@ def timing_groups(impls: dict) -> list[dict]:
     return split_references(impls, REFERENCES)
 
 
+def timing_plan(impls: dict, n_sets: int, eager_sets: int = 0) -> list[tuple[dict, int]]:
+    """(group, rotated sets) pairs to time a point in: timing_groups' groups over all n_sets, except
+    that with 0 < eager_sets < n_sets the eager reference leaves its group for one of its own over
+    the first eager_sets sets (--eager-copies). A graph captures one call per rotated set, and at
+    4096 sets the eager reference's tens of kernels a call made capture and replay the run's
+    longest part, so cold runs skipped it (--no-eager) and their tables borrowed eager from an
+    older warm run ("other run" in `harness scorecard`). Fewer sets keep it in the same run; its
+    inputs may then stay partly in L2 (the row's eager_rotation_bytes; the tables mark it)."""
+    groups = timing_groups(impls)
+    if not (0 < eager_sets < n_sets and "eager" in impls):
+        return [(g, n_sets) for g in groups]
+    rest = [{n: f for n, f in g.items() if n != "eager"} for g in groups]
+    return [(g, n_sets) for g in rest if g] + [({"eager": impls["eager"]}, eager_sets)]
+
+
 def copy_elems(min_bytes: int) -> int:
     """fp32 elements per copy so that one copy reads and writes min_bytes in all (at least one)."""
     return max(1, min_bytes // 8)
@@ -291,13 +306,13 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
 def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bool,
              rounds: int, only: tuple[str, ...] = (), dog: StepWatchdog | None = None,
              on_row=lambda rec: None, copy_floor: bool = True, max_copies: int = timing.MAX_COPIES,
-             use_eager: bool = True) -> dict:
+             use_eager: bool = True, eager_copies: int = 0) -> dict:
     """One op's table; `dog` (if given) times every compile + check and every point's timing (the
     caller disarms it), `on_row(rec)` runs after each point (the caller writes its JSON there);
     `copy_floor` adds the copy yardstick (COPY) to every point's timing; `max_copies` caps the
     rotated input sets (rotation_count); `use_eager` times the eager reference (a graph captures
     at least one call per set, so at 4096 sets its tens of kernels a call make capture and replay
-    the run's longest part: a cold run skips it)."""
+    the run's longest part: a cold run skips it, or rotates eager_copies sets for it: timing_plan)."""
     step = dog.step if dog is not None else (lambda what: None)
     defn = reference_impls.get(op)
     cands = human_candidates(op, only)
@@ -334,6 +349,8 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
         row["rotation_bytes"] = len(sets) * row["min_bytes"]
         if use_eager:
             impls["eager"] = lambda i, s=sets: defn.reference(**s[i])
+            if 0 < eager_copies < len(sets):
+                row["eager_rotation_bytes"] = eager_copies * row["min_bytes"]
         if compiled_ref is not None:
             impls["compile"] = lambda i, s=sets, o=outs: compiled_ref(s[i], o[i])
         if copy_floor:
@@ -374,14 +391,14 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
                 except Exception as exc:  # noqa: BLE001
                     times[name] = {"error": err_text(exc)}
             good = {n: f for n, f in impls.items() if n not in times}
-            for group in timing_groups(good):
+            for group, n_sets in timing_plan(good, len(sets), eager_copies):
                 try:
-                    stats = timing.time_interleaved(group, len(sets), calls_per_graph=CALLS_PER_GRAPH, rounds=rounds)
+                    stats = timing.time_interleaved(group, n_sets, calls_per_graph=CALLS_PER_GRAPH, rounds=rounds)
                     times.update({n: s.as_dict() for n, s in stats.items()})
                 except Exception as exc:  # noqa: BLE001 - fall back to one graph per impl
                     for n, f in group.items():
                         try:
-                            times[n] = timing.time_interleaved({n: f}, len(sets), CALLS_PER_GRAPH, rounds).get(n).as_dict()
+                            times[n] = timing.time_interleaved({n: f}, n_sets, CALLS_PER_GRAPH, rounds).get(n).as_dict()
                         except Exception as exc2:  # noqa: BLE001
                             times[n] = {"error": err_text(exc2)}
                     times["_interleave_error"] = err_text(exc)
@@ -438,6 +455,10 @@ def print_table(rec: dict, launch_us: float | None = None) -> None:
                  + [(comp / best) if best and comp else None] + ([(bl / best) if best and bl else None] if base else []))
         print(" | ".join(f"{c:>14.2f}" if isinstance(c, float) else f"{str(c if c is not None else '-'):>14}"
                          for c in cells))
+    eager_l2 = [r["batch"] for r in rec["rows"] if timing.partly_in_l2(r.get("eager_rotation_bytes", math.inf), L2_BYTES)]
+    if any("eager_rotation_bytes" in r for r in rec["rows"]):
+        print(f"  eager: fewer rotated sets than the kernels (--eager-copies); partly in L2 at B = "
+              f"{', '.join(map(str, sorted(set(eager_l2)))) or 'none'}")
     if in_l2:
         print(f"  B*: the rotated inputs (--max-copies at most) span less than "
               f"{timing.L2_ROTATION_FACTOR:g} x L2, so part of each call is served from L2 (as decode's activations are)")
@@ -469,9 +490,14 @@ def main() -> None:
     add_max_copies_arg(ap)
     ap.add_argument("--no-eager", action="store_true",
                     help="skip timing the eager reference (with --max-copies 4096 it dominates the run)")
+    ap.add_argument("--eager-copies", type=int, default=0,
+                    help="rotate at most this many input sets for the eager reference, timed in a group of its "
+                         "own (default 0: as many as the kernels); keeps eager in a cold run at a small cost")
     ap.add_argument("--step-deadline-s", type=float, default=300.0,
                     help="end the run when one compile + check or one point's timing takes longer (a hung kernel)")
     args = ap.parse_args()
+    if args.eager_copies < 0:
+        ap.error(f"--eager-copies must be 0 (as many as the kernels) or more, not {args.eager_copies}")
     only = tuple(c for c in args.candidates.split(",") if c)
     arch = arch_of_device()
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
@@ -483,6 +509,7 @@ def main() -> None:
     bw = timing.measure_bandwidth()
     result = {"device": torch.cuda.get_device_name(), "arch": arch, "torch": torch.__version__,
               "bandwidth_bytes_per_s": bw, "max_copies": args.max_copies, "eager": not args.no_eager,
+              "eager_copies": args.eager_copies,
               "compile_into_outputs": True, "ops": {}}
     print(f"device {result['device']} ({arch}), copy bandwidth {bw / 1e12:.2f} TB/s")
     launch_us = None
@@ -509,7 +536,8 @@ def main() -> None:
 
             rec = bench_op(op, points, arch, bw, not args.no_compile_baseline, args.rounds, only,
                            dog=dog, on_row=partial, copy_floor=not args.no_copy_floor,
-                           max_copies=args.max_copies, use_eager=not args.no_eager)
+                           max_copies=args.max_copies, use_eager=not args.no_eager,
+                           eager_copies=args.eager_copies)
         except Exception as exc:  # noqa: BLE001
             rec = {"op": op, "error": err_text(exc), "candidates": {}, "rows": []}
             print(f"\n== {op} ==  FAILED: {rec['error']}")

@@ -210,6 +210,10 @@ def test_benchmarks_page_judges_the_promoted_kernel_on_the_committed_runs(site):
     assert "floor met at 1/2" in _text(section) and "compile met at 1/2" in _text(section)
     # the fixture's run predates compile_into_outputs: its torch.compile column is the functional form
     assert "torch.compile at 2 of 2 points is its functional form" in _text(section)
+    # B=1's eager reference rotated fewer sets than the kernels, partly in L2: tagged, with the legend
+    assert "50.0 L2" in _text(_row(section, 'data-point="TP8 B=1"'))
+    assert "50.0 L2" not in _text(_row(section, 'data-point="TP8 B=64"'))
+    assert "eager (L2): the eager reference rotated fewer input sets" in _text(section)
     layers = re.search(r'<section class="layers" id="layers-k3-test".*?</section>', html, re.S).group(0)
     assert f"{OP} {site.ids['v1']}" in _text(layers)                 # the candidate the run loaded, still promoted
     assert "promoted now" not in layers

@@ -195,3 +195,26 @@ def test_references_are_timed_in_a_group_of_their_own(bench):
                                           {"eager": 1, "compile": 2}]
     assert bench.timing_groups({"swapab:c8b7a7": 4}) == [{"swapab:c8b7a7": 4}]      # --no-eager --no-compile-baseline
     assert bench.timing_groups({"eager": 1}) == [{"eager": 1}]
+
+
+def test_eager_copies_give_eager_a_group_of_its_own_on_fewer_sets(bench):
+    """--eager-copies N: eager leaves the references' group and is timed over the first N sets;
+    without it (0), or with N at least the kernels' count, the groups are timing_groups' over all."""
+    impls = {"eager": 1, "compile": 2, "swapab:c8b7a7": 4}
+    assert bench.timing_plan(impls, 4096) == [({"swapab:c8b7a7": 4}, 4096), ({"eager": 1, "compile": 2}, 4096)]
+    assert bench.timing_plan(impls, 4096, 64) == [({"swapab:c8b7a7": 4}, 4096), ({"compile": 2}, 4096),
+                                                  ({"eager": 1}, 64)]
+    assert bench.timing_plan(impls, 50, 64) == bench.timing_plan(impls, 50)
+    assert bench.timing_plan({"eager": 1, "k": 3}, 100, 10) == [({"k": 3}, 100), ({"eager": 1}, 10)]
+    assert bench.timing_plan({"k": 3}, 100, 10) == [({"k": 3}, 100)]            # --no-eager
+
+
+def test_table_notes_an_eager_reference_on_fewer_sets(bench, capsys):
+    row = lambda b, eager_rot: {"tp": 8, "batch": b, "floor_us": 0.1,                          # noqa: E731
+                                "rotation_bytes": int(bench.L2_BYTES * 3.5), "eager_rotation_bytes": eager_rot,
+                                "times": {"eager": {"median_us": 20.0}, "rowreg:aa": {"median_us": 2.0}}}
+    rec = {"op": "add_rmsnorm", "candidates": {"rowreg:aa": {"id": "aa", "check": {"p": {"ok": True}}}},
+           "rows": [row(1, 64 * 30_000), row(64, int(bench.L2_BYTES * 3.5))]}
+    bench.print_table(rec)
+    out = capsys.readouterr().out
+    assert "  eager: fewer rotated sets than the kernels (--eager-copies); partly in L2 at B = 1\n" in out
