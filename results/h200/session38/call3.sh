@@ -5,11 +5,11 @@
 # Run as: source scripts/gpu/at_head.sh && export OUT && bash scripts/gpu/session38_call3.sh
 set -u
 export HARNESS_CACHE=${HARNESS_CACHE:-/tmp/k3c}
-W=/tmp/w38c3; mkdir -p $W
+W=/tmp/w38c3; rm -rf $W; mkdir -p $W
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$W/gpu.txt" 2>&1
 git log --oneline -1 > "$W/head.txt"
 t0=$(date +%s)
-timeout 420 python3 -m harness.cli optimize --op moe_router --rounds 1 --time-limit 30 --json \
+timeout 420 python3 -m harness.cli optimize --op moe_router --rounds ${ROUNDS:-1} --time-limit ${TIME_LIMIT:-30} --json \
   > "$W/optimize_moe_router.json" 2> "$W/optimize_moe_router.log"
 echo "optimize rc=$? after $(( $(date +%s) - t0 )) s" | tee -a "$W/optimize_moe_router.log"
 run=$(ls -td runs/*/ 2>/dev/null | head -1)
