@@ -204,9 +204,9 @@ def _median(times: dict, column: str | None) -> float | None:
     return float(t["median_us"]) if isinstance(t, dict) and "median_us" in t else None
 
 
-def _partly_l2(row: dict) -> bool | None:
-    """Whether the row's rotated inputs spanned less than 3 x L2 (None: the run did not say)."""
-    rot = row.get("rotation_bytes")
+def _partly_l2(row: dict, key: str = "rotation_bytes") -> bool | None:
+    """Whether the row's rotated inputs (`key`) spanned less than 3 x L2 (None: the run did not say)."""
+    rot = row.get(key)
     return None if not isinstance(rot, (int, float)) else partly_in_l2(rot, L2_BYTES)
 
 
@@ -214,8 +214,7 @@ def _eager_partly_l2(row: dict) -> bool:
     """Whether the row's eager reference rotated its own, smaller set of inputs (bench_kernels.py
     --eager-copies) spanning less than 3 x L2; rows without eager_rotation_bytes rotated the
     kernels' sets (rotation_bytes, marked on the point)."""
-    rot = row.get("eager_rotation_bytes")
-    return isinstance(rot, (int, float)) and partly_in_l2(rot, L2_BYTES)
+    return bool(_partly_l2(row, "eager_rotation_bytes"))
 
 
 def _point(row: dict, scope: dict) -> Point:

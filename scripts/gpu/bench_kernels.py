@@ -218,6 +218,12 @@ def timing_groups(impls: dict) -> list[dict]:
     return split_references(impls, REFERENCES)
 
 
+def eager_on_fewer_sets(n_sets: int, eager_sets: int) -> bool:
+    """Whether --eager-copies (eager_sets; 0: as many as the kernels) gives eager fewer of a
+    point's n_sets rotated sets, in a group of its own (timing_plan)."""
+    return 0 < eager_sets < n_sets
+
+
 def timing_plan(impls: dict, n_sets: int, eager_sets: int = 0) -> list[tuple[dict, int]]:
     """(group, rotated sets) pairs to time a point in: timing_groups' groups over all n_sets, except
     that with 0 < eager_sets < n_sets the eager reference leaves its group for one of its own over
@@ -227,7 +233,7 @@ def timing_plan(impls: dict, n_sets: int, eager_sets: int = 0) -> list[tuple[dic
     older warm run ("other run" in `harness scorecard`). Fewer sets keep it in the same run; its
     inputs may then stay partly in L2 (the row's eager_rotation_bytes; the tables mark it)."""
     groups = timing_groups(impls)
-    if not (0 < eager_sets < n_sets and "eager" in impls):
+    if not (eager_on_fewer_sets(n_sets, eager_sets) and "eager" in impls):
         return [(g, n_sets) for g in groups]
     rest = [{n: f for n, f in g.items() if n != "eager"} for g in groups]
     return [(g, n_sets) for g in rest if g] + [({"eager": impls["eager"]}, eager_sets)]
@@ -349,7 +355,7 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
         row["rotation_bytes"] = len(sets) * row["min_bytes"]
         if use_eager:
             impls["eager"] = lambda i, s=sets: defn.reference(**s[i])
-            if 0 < eager_copies < len(sets):
+            if eager_on_fewer_sets(len(sets), eager_copies):
                 row["eager_rotation_bytes"] = eager_copies * row["min_bytes"]
         if compiled_ref is not None:
             impls["compile"] = lambda i, s=sets, o=outs: compiled_ref(s[i], o[i])
