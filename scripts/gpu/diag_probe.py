@@ -1,0 +1,98 @@
+"""Time kernel.py variants of one op side by side, correct or not: a diagnostic, not a benchmark
+of candidates (bench_kernels.py times only candidates that pass their check, and only committed
+ones).
+
+A diagnostic variant changes a kernel to learn where its time goes, e.g. every lane reading token
+0's activations (same loads, B=1's traffic, wrong answers): its time says what the traffic it
+removed cost. Each variant is a folder holding a kernel.py (any path, committed or scratch).
+
+    OUT=/tmp/out python scripts/gpu/diag_probe.py --op skinny_gemm --shape mla_qkv_a --tp 8 \
+        --batches 1,2,4,8 --kernels kernels_generated/skinny_gemm/c8b7a753866a,/tmp/v/x0
+
+Per point: every variant's correctness against the reference (recorded, never a reason to skip
+it) and its time, all variants in one interleaved group (timing.time_interleaved: CUDA-graph
+replay, A B B A, median), inputs rotated past 3 x L2 as in bench_kernels.py (--max-copies).
+Prints each variant's median and its ratio to the first; writes $OUT/diag_<op>_<shape>.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def label_of(folder: str) -> str:
+    """A variant's name in the tables: its folder's name."""
+    return Path(folder).name
+
+
+def ratios(medians: dict[str, float]) -> dict[str, float]:
+    """Each variant's median over the first one's (the first is the base of the comparison)."""
+    base = next(iter(medians.values()))
+    return {n: (m / base if base > 0 else float("nan")) for n, m in medians.items()}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--op", required=True)
+    ap.add_argument("--kernels", required=True, help="comma list of folders, each with a kernel.py; the first is the base")
+    ap.add_argument("--shape", default="")
+    ap.add_argument("--state-dtype", default="fp32")
+    ap.add_argument("--tp", type=int, default=8)
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--max-copies", type=int, default=4096)
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from harness.registry import device_arch
+    os.environ["CUTE_DSL_ARCH"] = device_arch(torch.device("cuda"))
+    import reference_impls
+    from bench_kernels import CALLS_PER_GRAPH, check_point, kernel_tensors, load_kernel, rotated_sets, static_for
+    from harness.opdef import Point
+    from harness.toolchain.timing import time_interleaved
+
+    defn = reference_impls.get(a.op)
+    folders = [f for f in a.kernels.split(",") if f]
+    labels = [label_of(f) for f in folders]
+    if len(set(labels)) != len(labels):
+        raise SystemExit(f"diag_probe: variant folders need distinct names, got {labels}")
+    mods = {lab: load_kernel(f) for lab, f in zip(labels, folders)}
+    rows = []
+    for b in (int(x) for x in a.batches.split(",")):
+        pt = Point(batch=b, tp=a.tp, shape=a.shape, **({"state_dtype": a.state_dtype} if len(defn.state_dtypes) > 1 else {}))
+        static = static_for(defn, pt)
+        compiled = {lab: m.compile(pt.tp, "--enable-tvm-ffi", **static) for lab, m in mods.items()}
+        checks = {lab: check_point(defn, mods[lab], compiled[lab], pt) for lab in labels}
+        sets, outs = rotated_sets(defn, pt, a.max_copies)
+        impls = {lab: (lambda i, m=mods[lab], c=compiled[lab]: m.launch(c, **kernel_tensors(defn, sets[i], outs[i])))
+                 for lab in labels}
+        st = time_interleaved(impls, len(sets), calls_per_graph=CALLS_PER_GRAPH, rounds=a.rounds)
+        med = {lab: st[lab].median_us for lab in labels}
+        rel = ratios(med)
+        row = {"batch": b, "tp": a.tp, "shape": a.shape, "n_sets": len(sets),
+               "variants": {lab: {"median_us": med[lab], "vs_first": rel[lab], "ok": checks[lab]["ok"],
+                                  "check": checks[lab]["summary"], "stats": st[lab].as_dict()} for lab in labels}}
+        rows.append(row)
+        for lab in labels:
+            print(f"B={b:<3} {lab:24s} {med[lab]:8.3f} us  x{rel[lab]:.3f}  {'ok' if checks[lab]['ok'] else 'WRONG'}",
+                  flush=True)
+        del sets, outs
+        torch.cuda.empty_cache()
+    out = Path(os.environ.get("OUT", "."))
+    out.mkdir(parents=True, exist_ok=True)
+    rec = {"op": a.op, "shape": a.shape, "tp": a.tp, "kernels": dict(zip(labels, folders)), "rounds": a.rounds,
+           "gpu": torch.cuda.get_device_name(0), "rows": rows}
+    (out / f"diag_{a.op}_{a.shape or 'default'}_tp{a.tp}.json").write_text(json.dumps(rec, indent=1))
+    return rec
+
+
+if __name__ == "__main__":
+    main()
