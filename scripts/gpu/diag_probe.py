@@ -32,6 +32,32 @@ def label_of(folder: str) -> str:
     return Path(folder).name
 
 
+def variant_folders(spec: str) -> dict[str, str]:
+    """--kernels "a,b,..." -> {name: folder}, in order (the first is the base of the ratios). Each
+    folder must hold a kernel.py and the names must differ: SystemExit with the reason otherwise."""
+    folders = [f for f in (x.strip() for x in spec.split(",")) if f]
+    if not folders:
+        raise SystemExit("diag_probe: --kernels names no folder")
+    missing = [f for f in folders if not (Path(f) / "kernel.py").is_file()]
+    if missing:
+        raise SystemExit(f"diag_probe: no kernel.py in {', '.join(missing)}")
+    labels = [label_of(f) for f in folders]
+    if len(set(labels)) != len(labels):
+        raise SystemExit(f"diag_probe: variant folders need distinct names, got {labels}")
+    return dict(zip(labels, folders))
+
+
+def batch_list(spec: str) -> list[int]:
+    """--batches "1,8" -> [1, 8]; SystemExit on anything but positive integers."""
+    try:
+        out = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        out = []
+    if not out or min(out) < 1:
+        raise SystemExit(f"diag_probe: --batches wants positive integers like 1,8, got {spec!r}")
+    return out
+
+
 def ratios(medians: dict[str, float]) -> dict[str, float]:
     """Each variant's median over the first one's (the first is the base of the comparison)."""
     base = next(iter(medians.values()))
@@ -49,24 +75,25 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-copies", type=int, default=4096)
     a = ap.parse_args(argv)
+    variants = variant_folders(a.kernels)          # the user's mistakes first, before any GPU work
+    batches = batch_list(a.batches)
+    import reference_impls
+    if a.op not in reference_impls.OP_NAMES:
+        raise SystemExit(f"diag_probe: no op {a.op!r} (known: {', '.join(reference_impls.OP_NAMES)})")
 
     import torch
 
     from harness.registry import device_arch
     os.environ["CUTE_DSL_ARCH"] = device_arch(torch.device("cuda"))
-    import reference_impls
     from bench_kernels import CALLS_PER_GRAPH, check_point, kernel_tensors, load_kernel, rotated_sets, static_for
     from harness.opdef import Point
     from harness.toolchain.timing import time_interleaved
 
     defn = reference_impls.get(a.op)
-    folders = [f for f in a.kernels.split(",") if f]
-    labels = [label_of(f) for f in folders]
-    if len(set(labels)) != len(labels):
-        raise SystemExit(f"diag_probe: variant folders need distinct names, got {labels}")
-    mods = {lab: load_kernel(f) for lab, f in zip(labels, folders)}
+    mods = {lab: load_kernel(f) for lab, f in variants.items()}
+    labels = list(variants)
     rows = []
-    for b in (int(x) for x in a.batches.split(",")):
+    for b in batches:
         pt = Point(batch=b, tp=a.tp, shape=a.shape, **({"state_dtype": a.state_dtype} if len(defn.state_dtypes) > 1 else {}))
         static = static_for(defn, pt)
         compiled = {lab: m.compile(pt.tp, "--enable-tvm-ffi", **static) for lab, m in mods.items()}
@@ -88,7 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
         torch.cuda.empty_cache()
     out = Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
-    rec = {"op": a.op, "shape": a.shape, "tp": a.tp, "kernels": dict(zip(labels, folders)), "rounds": a.rounds,
+    rec = {"op": a.op, "shape": a.shape, "tp": a.tp, "kernels": variants, "rounds": a.rounds,
            "gpu": torch.cuda.get_device_name(0), "rows": rows}
     (out / f"diag_{a.op}_{a.shape or 'default'}_tp{a.tp}.json").write_text(json.dumps(rec, indent=1))
     return rec

@@ -27,6 +27,7 @@ mkdir -p "$DEST"
 TIMING=(
   tests/gates/test_layer_ab.py::test_graph_replays_on_a_gpu_and_see_gpu_time
   tests/toolchain/test_cli_and_gpu.py::test_timing_interleaves_and_measures_bandwidth
+  tests/test_diag_probe.py::test_a_kernel_against_its_own_copy_reads_one
 )
 PY="${PYTHON:-python3}"
 

@@ -1,0 +1,80 @@
+"""scripts/gpu/diag_probe.py: its input checks and ratios on the CPU; on a GPU, one kernel.py timed
+against a copy of itself (an A/A: both correct, the ratio near 1)."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from gpu_scripts import gpu_script
+
+ROOT = Path(__file__).resolve().parents[1]
+SITU = ROOT / "kernels_generated" / "situ_and_mul" / "59ea067f1155"     # the promoted situ_and_mul
+
+
+@pytest.fixture(scope="module")
+def dp():
+    return gpu_script("diag_probe")
+
+
+def _variant(root: Path, name: str, text: str = "# kernel\n") -> str:
+    (root / name).mkdir(parents=True)
+    (root / name / "kernel.py").write_text(text)
+    return str(root / name)
+
+
+def test_variants_keep_their_order_and_are_named_by_folder(dp, tmp_path):
+    a, b = _variant(tmp_path, "base"), _variant(tmp_path / "x", "x0")
+    assert dp.variant_folders(f"{a}, {b},") == {"base": a, "x0": b}
+
+
+@pytest.mark.parametrize("case, message", [
+    ("empty", "names no folder"),
+    ("missing", "no kernel.py in"),
+    ("same_name", "distinct names"),
+])
+def test_bad_variant_lists_exit_with_the_reason(dp, tmp_path, case, message):
+    a = _variant(tmp_path / "one", "k")
+    spec = {"empty": " , ", "missing": f"{a},{tmp_path / 'nothing'}", "same_name": f"{a},{_variant(tmp_path / 'two', 'k')}"}[case]
+    with pytest.raises(SystemExit, match=message):
+        dp.variant_folders(spec)
+
+
+def test_batches_must_be_positive_integers(dp):
+    assert dp.batch_list("1, 8,64") == [1, 8, 64]
+    for bad in ("", "0,1", "one", "1.5"):
+        with pytest.raises(SystemExit, match="positive integers"):
+            dp.batch_list(bad)
+
+
+def test_ratios_read_against_the_first_variant(dp):
+    got = dp.ratios({"base": 2.0, "x0": 1.5, "nox": 3.0})
+    assert got == {"base": 1.0, "x0": 0.75, "nox": 1.5}
+    assert math.isnan(dp.ratios({"base": 0.0, "x0": 1.0})["x0"])
+
+
+def test_an_unknown_op_exits_before_any_gpu_work(dp, tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: pytest.fail("touched the GPU"))
+    with pytest.raises(SystemExit, match="no op 'moe_routr'"):
+        dp.main(["--op", "moe_routr", "--kernels", _variant(tmp_path, "k")])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_kernel_against_its_own_copy_reads_one(dp, tmp_path, monkeypatch):
+    for name in ("aa_first", "aa_second"):
+        shutil.copytree(SITU, tmp_path / name, ignore=shutil.ignore_patterns("evidence"))
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    rec = dp.main(["--op", "situ_and_mul", "--batches", "1,64", "--rounds", "3",
+                   "--kernels", f"{tmp_path / 'aa_first'},{tmp_path / 'aa_second'}"])
+    assert [r["batch"] for r in rec["rows"]] == [1, 64]
+    for row in rec["rows"]:
+        first, second = row["variants"]["aa_first"], row["variants"]["aa_second"]
+        assert first["ok"] and second["ok"], (first["check"], second["check"])
+        assert first["vs_first"] == 1.0 and 0.85 < second["vs_first"] < 1.15, row
+        assert first["median_us"] > 0
+    written = json.loads((tmp_path / "out" / "diag_situ_and_mul_default_tp8.json").read_text())
+    assert written["rows"] == json.loads(json.dumps(rec["rows"]))
