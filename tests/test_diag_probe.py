@@ -56,6 +56,14 @@ def test_ratios_read_against_the_first_variant(dp):
     assert math.isnan(dp.ratios({"base": 0.0, "x0": 1.0})["x0"])
 
 
+def test_records_are_named_so_one_call_keeps_each_run(dp):
+    names = {dp.record_name("kda_decode", "", 8, "bf16"), dp.record_name("kda_decode", "", 8, "fp32"),
+             dp.record_name("kda_decode", "", 16, "fp32"), dp.record_name("skinny_gemm", "mla_qkv_a", 8)}
+    assert len(names) == 4
+    assert dp.record_name("skinny_gemm", "mla_qkv_a", 8) == "diag_skinny_gemm_mla_qkv_a_tp8.json"
+    assert dp.record_name("situ_and_mul", "", 8) == "diag_situ_and_mul_default_tp8.json"
+
+
 def test_an_unknown_op_exits_before_any_gpu_work(dp, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: pytest.fail("touched the GPU"))
     with pytest.raises(SystemExit, match="no op 'moe_routr'"):

@@ -58,6 +58,12 @@ def batch_list(spec: str) -> list[int]:
     return out
 
 
+def record_name(op: str, shape: str, tp: int, state_dtype: str = "") -> str:
+    """The JSON record's file name under $OUT: one per op, shape, TP and (ops with several) state dtype,
+    so the runs of one device call keep their own records."""
+    return f"diag_{op}_{shape or 'default'}_tp{tp}{'_' + state_dtype if state_dtype else ''}.json"
+
+
 def ratios(medians: dict[str, float]) -> dict[str, float]:
     """Each variant's median over the first one's (the first is the base of the comparison)."""
     base = next(iter(medians.values()))
@@ -115,9 +121,10 @@ def main(argv: list[str] | None = None) -> dict:
         torch.cuda.empty_cache()
     out = Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
-    rec = {"op": a.op, "shape": a.shape, "tp": a.tp, "kernels": variants, "rounds": a.rounds,
+    rec = {"op": a.op, "shape": a.shape, "tp": a.tp, "state_dtype": a.state_dtype if len(defn.state_dtypes) > 1 else "", "kernels": variants, "rounds": a.rounds,
            "gpu": torch.cuda.get_device_name(0), "rows": rows}
-    (out / f"diag_{a.op}_{a.shape or 'default'}_tp{a.tp}.json").write_text(json.dumps(rec, indent=1))
+    (out / record_name(a.op, a.shape, a.tp, a.state_dtype if len(defn.state_dtypes) > 1 else "")).write_text(
+        json.dumps(rec, indent=1))
     return rec
 
 
