@@ -75,14 +75,17 @@ def test_an_unknown_op_exits_before_any_gpu_work(dp, tmp_path, monkeypatch):
 def test_a_kernel_against_its_own_copy_reads_one(dp, tmp_path, monkeypatch):
     for name in ("aa_first", "aa_second"):
         shutil.copytree(SITU, tmp_path / name, ignore=shutil.ignore_patterns("evidence"))
+    broken = _variant(tmp_path, "broken", "def compile(tp, options, **static):\n    raise RuntimeError('no kernel here')\n")
     monkeypatch.setenv("OUT", str(tmp_path / "out"))
     rec = dp.main(["--op", "situ_and_mul", "--batches", "1,64", "--rounds", "3",
-                   "--kernels", f"{tmp_path / 'aa_first'},{tmp_path / 'aa_second'}"])
+                   "--kernels", f"{tmp_path / 'aa_first'},{broken},{tmp_path / 'aa_second'}"])
     assert [r["batch"] for r in rec["rows"]] == [1, 64]
     for row in rec["rows"]:
         first, second = row["variants"]["aa_first"], row["variants"]["aa_second"]
         assert first["ok"] and second["ok"], (first["check"], second["check"])
         assert first["vs_first"] == 1.0 and 0.85 < second["vs_first"] < 1.15, row
         assert first["median_us"] > 0
+        # a variant that cannot compile is recorded with its error and left out of the timing
+        assert row["variants"]["broken"] == {"ok": False, "error": "RuntimeError: no kernel here"}
     written = json.loads((tmp_path / "out" / "diag_situ_and_mul_default_tp8.json").read_text())
     assert written["rows"] == json.loads(json.dumps(rec["rows"]))

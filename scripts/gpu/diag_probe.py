@@ -11,8 +11,11 @@ removed cost. Each variant is a folder holding a kernel.py (any path, committed 
 
 Per point: every variant's correctness against the reference (recorded, never a reason to skip
 it) and its time, all variants in one interleaved group (timing.time_interleaved: CUDA-graph
-replay, A B B A, median), inputs rotated past 3 x L2 as in bench_kernels.py (--max-copies).
-Prints each variant's median and its ratio to the first; writes $OUT/diag_<op>_<shape>.json.
+replay, A B B A, median), inputs rotated past 3 x L2 as in bench_kernels.py (--max-copies). A
+variant whose compile or first launch raises is recorded with its error and left out of that
+point's group. Prints each variant's median and its ratio to the first one timed; rewrites
+$OUT/diag_<op>_<shape>_tp<T>[_<state dtype>].json (record_name) after every point, so a run cut
+short keeps the points before it.
 """
 from __future__ import annotations
 
@@ -64,6 +67,11 @@ def record_name(op: str, shape: str, tp: int, state_dtype: str = "") -> str:
     return f"diag_{op}_{shape or 'default'}_tp{tp}{'_' + state_dtype if state_dtype else ''}.json"
 
 
+def error_text(exc: BaseException) -> str:
+    """One line for a variant that could not run at a point."""
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
 def ratios(medians: dict[str, float]) -> dict[str, float]:
     """Each variant's median over the first one's (the first is the base of the comparison)."""
     base = next(iter(medians.values()))
@@ -96,35 +104,42 @@ def main(argv: list[str] | None = None) -> dict:
     from harness.toolchain.timing import time_interleaved
 
     defn = reference_impls.get(a.op)
+    sdt = a.state_dtype if len(defn.state_dtypes) > 1 else ""
     mods = {lab: load_kernel(f) for lab, f in variants.items()}
-    labels = list(variants)
-    rows = []
-    for b in batches:
-        pt = Point(batch=b, tp=a.tp, shape=a.shape, **({"state_dtype": a.state_dtype} if len(defn.state_dtypes) > 1 else {}))
-        static = static_for(defn, pt)
-        compiled = {lab: m.compile(pt.tp, "--enable-tvm-ffi", **static) for lab, m in mods.items()}
-        checks = {lab: check_point(defn, mods[lab], compiled[lab], pt) for lab in labels}
-        sets, outs = rotated_sets(defn, pt, a.max_copies)
-        impls = {lab: (lambda i, m=mods[lab], c=compiled[lab]: m.launch(c, **kernel_tensors(defn, sets[i], outs[i])))
-                 for lab in labels}
-        st = time_interleaved(impls, len(sets), calls_per_graph=CALLS_PER_GRAPH, rounds=a.rounds)
-        med = {lab: st[lab].median_us for lab in labels}
-        rel = ratios(med)
-        row = {"batch": b, "tp": a.tp, "shape": a.shape, "n_sets": len(sets),
-               "variants": {lab: {"median_us": med[lab], "vs_first": rel[lab], "ok": checks[lab]["ok"],
-                                  "check": checks[lab]["summary"], "stats": st[lab].as_dict()} for lab in labels}}
-        rows.append(row)
-        for lab in labels:
-            print(f"B={b:<3} {lab:24s} {med[lab]:8.3f} us  x{rel[lab]:.3f}  {'ok' if checks[lab]['ok'] else 'WRONG'}",
-                  flush=True)
-        del sets, outs
-        torch.cuda.empty_cache()
     out = Path(os.environ.get("OUT", "."))
     out.mkdir(parents=True, exist_ok=True)
-    rec = {"op": a.op, "shape": a.shape, "tp": a.tp, "state_dtype": a.state_dtype if len(defn.state_dtypes) > 1 else "", "kernels": variants, "rounds": a.rounds,
-           "gpu": torch.cuda.get_device_name(0), "rows": rows}
-    (out / record_name(a.op, a.shape, a.tp, a.state_dtype if len(defn.state_dtypes) > 1 else "")).write_text(
-        json.dumps(rec, indent=1))
+    rec = {"op": a.op, "shape": a.shape, "tp": a.tp, "state_dtype": sdt, "kernels": variants, "rounds": a.rounds,
+           "gpu": torch.cuda.get_device_name(0), "rows": []}
+    for b in batches:
+        pt = Point(batch=b, tp=a.tp, shape=a.shape, **({"state_dtype": sdt} if sdt else {}))
+        static = static_for(defn, pt)
+        entries: dict[str, dict] = {}
+        compiled = {}
+        for lab, m in mods.items():
+            try:
+                compiled[lab] = m.compile(pt.tp, "--enable-tvm-ffi", **static)
+                chk = check_point(defn, m, compiled[lab], pt)
+                entries[lab] = {"ok": chk["ok"], "check": chk["summary"]}
+            except Exception as exc:  # noqa: BLE001 - recorded; the other variants still run
+                compiled.pop(lab, None)
+                entries[lab] = {"ok": False, "error": error_text(exc)}
+        sets, outs = rotated_sets(defn, pt, a.max_copies)
+        impls = {lab: (lambda i, m=mods[lab], c=c: m.launch(c, **kernel_tensors(defn, sets[i], outs[i])))
+                 for lab, c in compiled.items()}
+        st = time_interleaved(impls, len(sets), calls_per_graph=CALLS_PER_GRAPH, rounds=a.rounds) if impls else {}
+        rel = ratios({lab: s.median_us for lab, s in st.items()}) if st else {}
+        for lab, s in st.items():
+            entries[lab].update(median_us=s.median_us, vs_first=rel[lab], stats=s.as_dict())
+        rec["rows"].append({"batch": b, "tp": a.tp, "shape": a.shape, "n_sets": len(sets), "variants": entries})
+        (out / record_name(a.op, a.shape, a.tp, sdt)).write_text(json.dumps(rec, indent=1))
+        for lab, e in entries.items():
+            if "median_us" in e:
+                print(f"B={b:<3} {lab:24s} {e['median_us']:8.3f} us  x{e['vs_first']:.3f}  {'ok' if e['ok'] else 'WRONG'}",
+                      flush=True)
+            else:
+                print(f"B={b:<3} {lab:24s} not run: {e['error']}", flush=True)
+        del sets, outs
+        torch.cuda.empty_cache()
     return rec
 
 
