@@ -40,7 +40,25 @@ def collect(root: Path) -> SiteData:
     cards, layers = _benchmarks(root, warnings)
     return SiteData(root=str(root), generated_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     ops=ops, runs=runs, history=history, history_note=note, warnings=warnings,
-                    benchmarks=cards, layer_tables=layers)
+                    benchmarks=cards, layer_tables=layers, ledgers=_ledgers(root, reference_impls.OP_NAMES, warnings))
+
+
+def _ledgers(root: Path, ops, warnings: list[str]) -> dict[str, list[Any]]:
+    """Each op's ideas measured on a GPU and not kept (prompts/kernels/<op>/measured.json, the ledger the
+    drafting prompt lists), for the Benchmarks page: why a target is still missed, and what was
+    tried. Ops without a ledger are left out; a malformed one is a warning, not a failed build."""
+    from ..agent.ledger import load_ledger
+
+    out: dict[str, list[Any]] = {}
+    for op in ops:
+        try:
+            entries = load_ledger(op, root)
+        except UserError as exc:
+            warnings.append(f"ledger: {exc}")
+            continue
+        if entries:
+            out[op] = entries
+    return out
 
 
 def _benchmarks(root: Path, warnings: list[str]) -> tuple[list[Any], list[Any]]:

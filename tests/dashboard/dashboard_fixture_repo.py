@@ -162,7 +162,29 @@ def build_root(root: Path) -> dict[str, str]:
     v3 = _candidate(root, CPU_OP, source("kernel_v1"), cpu_scope, "template")
     write_run(root, v2)
     write_benchmarks(root, v1)
+    write_ledgers(root)
     return {"v1": v1, "v2": v2, "v3": v3}
+
+
+# Ledgers (prompts/kernels/<op>/measured.json) written by harness.agent.ledger.add_entry, citing a committed
+# record: two ideas for the promoted op, one for an op without a benchmark card, and one malformed ledger.
+LEDGER = [("split-K over 4-CTA clusters", "slower", "1.12x v1 at B=1-64"),
+          ("x staged by TMA multicast", "no_gain", "0.99x v1, under the gate's 5%")]
+CPU_LEDGER = ("one warp a row", "mixed", "0.9x at B=1, 1.2x at B=64")
+BAD_LEDGER_OP = "situ_and_mul"
+
+
+def write_ledgers(root: Path) -> None:
+    from harness.agent.ledger import Measured, Outcome, add_entry, ledger_path
+
+    record = "results/h200/bench.json"
+    for idea, outcome, numbers in LEDGER:
+        add_entry(OP, Measured(idea, Outcome(outcome), numbers, record), root)
+    idea, outcome, numbers = CPU_LEDGER
+    add_entry(CPU_OP, Measured(idea, Outcome(outcome), numbers, record), root)
+    bad = ledger_path(BAD_LEDGER_OP, root)
+    bad.parent.mkdir(parents=True, exist_ok=True)
+    bad.write_text('{"entries": [{"idea": "no outcome"}]}')
 
 
 # The benchmark scripts' JSON (scripts/gpu/bench_kernels.py, bench_layers.py) is written on a GPU only,

@@ -1,6 +1,7 @@
 """The site built from fixture records: pages, values, secrets, history, runs."""
 from __future__ import annotations
 
+import html as html_lib
 import re
 import subprocess
 from pathlib import Path
@@ -9,8 +10,8 @@ from harness.dashboard import collect
 from harness.dashboard.model import Badge, PromotionState
 from harness.dashboard.render import candidate_page, run_page
 
-from dashboard_fixture_repo import (BENCH, BENCH_LAUNCH_US, FLIPS, FUSED_OFF, LAYERS, OP, RUN_ID, SECRET, geomean,
-                                    measurements)
+from dashboard_fixture_repo import (BAD_LEDGER_OP, BENCH, BENCH_LAUNCH_US, CPU_LEDGER, CPU_OP, FLIPS, FUSED_OFF, LAYERS,
+                                    LEDGER, OP, RUN_ID, SECRET, geomean, measurements)
 
 
 def _text(html: str) -> str:
@@ -219,6 +220,27 @@ def test_benchmarks_page_judges_the_promoted_kernel_on_the_committed_runs(site):
     assert "promoted now" not in layers
     for (b, layer), (off, on, k_off, k_on) in LAYERS.items():
         assert f" {b} {layer} kda+moe {off:.1f} {on:.1f} {on / off:.2f} {k_off} {k_on} graph " in _text(layers)
+
+
+def test_benchmarks_page_lists_each_ops_ideas_measured_and_not_kept(site):
+    """Under the promoted op's card, its ledger (prompts/kernels/<op>/measured.json) in file order; an op
+    with a ledger but no benchmark card gets a section of its own; a malformed ledger is a warning on the
+    overview page, not a failed build."""
+    html = (site.out / "benchmarks.html").read_text()
+    section = re.search(rf'<section class="bench" id="bench-{OP}".*?</section>', html, re.S).group(0)
+    ledger = re.search(rf'<details class="ledger" data-op="{OP}">.*?</details>', section, re.S).group(0)
+    assert f"not kept: {len(LEDGER)} ideas" in _text(ledger)
+    rows = re.findall(r"<tr><td>.*?</tr>", ledger, re.S)
+    assert [re.match(r"<tr><td>(.*?)</td>", r).group(1) for r in rows] == [i for i, _, _ in LEDGER]   # file order
+    for (idea, outcome, numbers), row in zip(LEDGER, rows):
+        text = html_lib.unescape(_text(row))                          # the page escapes "'" as &#39;
+        assert outcome.replace("_", " ") in text and numbers in text
+        assert "results/h200/bench.json" in row
+    other = re.search(rf'<section class="bench" id="ledger-{CPU_OP}".*?</section>', html, re.S).group(0)
+    assert "not kept: 1 idea " in _text(other) and CPU_LEDGER[0] in _text(other)
+    assert f'data-op="{BAD_LEDGER_OP}"' not in html
+    overview = (site.out / "index.html").read_text()
+    assert f"prompts/kernels/{BAD_LEDGER_OP}/measured.json: malformed ledger" in overview
 
 
 def test_an_unreadable_candidate_folder_is_shown_with_its_reason(tmp_path, site):
