@@ -110,22 +110,34 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     rec = {"op": a.op, "shape": a.shape, "tp": a.tp, "state_dtype": sdt, "kernels": variants, "rounds": a.rounds,
            "gpu": torch.cuda.get_device_name(0), "rows": []}
+    def point(b: int) -> Point:
+        return Point(batch=b, tp=a.tp, shape=a.shape, **({"state_dtype": sdt} if sdt else {}))
+
+    # the static key (TP, shape, state dtype) is the same at every batch: one compile per variant
+    static = static_for(defn, point(batches[0]))
+    compiled, compile_errors = {}, {}
+    for lab, m in mods.items():
+        try:
+            compiled[lab] = m.compile(a.tp, "--enable-tvm-ffi", **static)
+        except Exception as exc:  # noqa: BLE001 - recorded at every point; the other variants still run
+            compile_errors[lab] = error_text(exc)
     for b in batches:
-        pt = Point(batch=b, tp=a.tp, shape=a.shape, **({"state_dtype": sdt} if sdt else {}))
-        static = static_for(defn, pt)
+        pt = point(b)
         entries: dict[str, dict] = {}
-        compiled = {}
+        runnable = {}
         for lab, m in mods.items():
+            if lab in compile_errors:
+                entries[lab] = {"ok": False, "error": compile_errors[lab]}
+                continue
             try:
-                compiled[lab] = m.compile(pt.tp, "--enable-tvm-ffi", **static)
                 chk = check_point(defn, m, compiled[lab], pt)
                 entries[lab] = {"ok": chk["ok"], "check": chk["summary"]}
+                runnable[lab] = compiled[lab]
             except Exception as exc:  # noqa: BLE001 - recorded; the other variants still run
-                compiled.pop(lab, None)
                 entries[lab] = {"ok": False, "error": error_text(exc)}
         sets, outs = rotated_sets(defn, pt, a.max_copies)
         impls = {lab: (lambda i, m=mods[lab], c=c: m.launch(c, **kernel_tensors(defn, sets[i], outs[i])))
-                 for lab, c in compiled.items()}
+                 for lab, c in runnable.items()}
         st = time_interleaved(impls, len(sets), calls_per_graph=CALLS_PER_GRAPH, rounds=a.rounds) if impls else {}
         rel = ratios({lab: s.median_us for lab, s in st.items()}) if st else {}
         for lab, s in st.items():
