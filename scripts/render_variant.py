@@ -3,11 +3,15 @@ candidate for a GPU bench (CPU only: renders and writes the folder, compiles not
 
     python scripts/render_variant.py kda_decode 8d9661 --set mid_v_split=2 --set mid_min_ctas=3
     python scripts/render_variant.py kda_decode 8d9661 --set mid_v_split=2 --out /tmp/scratch --json
+    python scripts/render_variant.py attn_res 6f6818 --set small_cs=14 --set small_threads=64 \
+        --outside-space --out /tmp/scratch
 
 The base is a committed candidate rendered from a template family (its provenance names the
 family and params). Each --set KEY=VALUE replaces one param: VALUE is read as JSON (2, true,
-"mla_qkv_a"), else kept as a string. The variant must lie in the family's declared space. It is
-written as kernels_generated/<op>/<id>/ (or under --out), with human provenance and the base's
+"mla_qkv_a"), else kept as a string. The variant must lie in the family's declared space, unless
+--outside-space: then only the params' names are checked (a study of a value the space does not
+list yet, e.g. session 40's 14-CTA attn_res clusters; the template's own asserts still apply when
+the kernel is imported). It is written as kernels_generated/<op>/<id>/ (or under --out), with human provenance and the base's
 scope. Its id hashes the source and scope, so rendering the same variant twice gives the same
 folder. Prints the id.
 
@@ -41,8 +45,9 @@ def parse_sets(pairs: list[str]) -> dict:
     return out
 
 
-def render_variant(op: str, base: str, sets: dict, root: Path | None = None):
-    """The variant's Candidate (written under root/<op>/, default kernels_generated/)."""
+def render_variant(op: str, base: str, sets: dict, root: Path | None = None, outside_space: bool = False):
+    """The variant's Candidate (written under root/<op>/, default kernels_generated/). With
+    outside_space the point need not lie in the family's declared space."""
     from harness.agent.families import load_family
     from harness.toolchain.candidate import Provenance, Scope, create_candidate, list_candidates
 
@@ -59,7 +64,7 @@ def render_variant(op: str, base: str, sets: dict, root: Path | None = None):
     if unknown:
         raise ValueError(f"{fam.name}: no param {', '.join(unknown)} (params: {', '.join(sorted(fam.params))})")
     params.update(sets)
-    source = fam.render(params)                      # ValueError when outside the declared space
+    source = fam.render(params, check_space=not outside_space)   # ValueError when outside the space
     prov = Provenance(author="human", parent=cand.id, template={"family": fam.name, "params": params})
     return create_candidate(op, source, Scope.from_json(cand.scope.to_json()), prov, root=root)
 
@@ -70,12 +75,14 @@ def main() -> int:
     ap.add_argument("base", help="id (or prefix) of a committed templated candidate")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--out", type=Path, default=None, help="root for <op>/<id>/ (default: kernels_generated)")
+    ap.add_argument("--outside-space", action="store_true",
+                    help="render a point the family's space does not list (a study; never a committed candidate)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     from harness.errors import UserError
 
     try:
-        cand = render_variant(a.op, a.base, parse_sets(a.sets), a.out)
+        cand = render_variant(a.op, a.base, parse_sets(a.sets), a.out, a.outside_space)
     except (ValueError, UserError) as e:
         print(f"render_variant: {e}", file=sys.stderr)
         return 2

@@ -57,3 +57,29 @@ def test_cli_prints_the_id_or_a_clean_error(tmp_path):
     assert ok.returncode == 0 and json.loads(ok.stdout)["id"] == "d5a02a202445"
     bad = run("kda_decode", BASE, "--set", "mid_v_split=3", "--out", str(tmp_path))
     assert bad.returncode == 2 and bad.stderr.startswith("render_variant: ") and "Traceback" not in bad.stderr
+
+
+def test_outside_space_renders_a_point_the_space_does_not_list(rv, tmp_path):
+    """Session 40's 14-CTA attn_res cluster: refused by default, rendered with outside_space, and the
+    render is the family's template at exactly those params (the space only gates, never rewrites)."""
+    base = "6f681825bd0a"                 # attn_res gramhybrid, promoted in session 40
+    sets = {"small_cs": 14, "small_threads": 64}
+    with pytest.raises(ValueError, match="declared space"):
+        rv.render_variant("attn_res", base, sets, root=tmp_path)
+    cand = rv.render_variant("attn_res", base, sets, root=tmp_path, outside_space=True)
+    src = cand.kernel_path.read_text()
+    assert "SMALL_R1 = Plan(cs=14, threads=64, vec=8, rounds=1)" in src
+    assert "LARGE = Plan(cs=7, threads=128, vec=8, rounds=2)" in src
+    assert "assert self.cs in (1, 2, 4, 7, 8, 14) and" in src      # the plan's own check admits it
+    assert cand.provenance.template["params"]["small_cs"] == 14 and cand.provenance.parent == base
+    with pytest.raises(ValueError, match="no param"):       # names are still checked
+        rv.render_variant("attn_res", base, {"smal_cs": 14}, root=tmp_path, outside_space=True)
+
+
+def test_cli_outside_space_flag(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, str(ROOT / "scripts/render_variant.py"), *a],
+                                    capture_output=True, text=True, timeout=120)
+    ok = run("attn_res", "6f6818", "--set", "small_cs=14", "--set", "small_threads=64", "--outside-space",
+             "--out", str(tmp_path), "--json")
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["params"]["small_cs"] == 14

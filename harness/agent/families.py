@@ -128,8 +128,11 @@ class Family:
         cfgs = self.configs()
         return cfgs[len(cfgs) // 2] if cfgs else None
 
-    def render(self, params: Params) -> str:
-        if not self.feasible(params):
+    def render(self, params: Params, check_space: bool = True) -> str:
+        """The template rendered at `params`. check_space=False renders a point the declared space
+        does not list (a study, e.g. scripts/render_variant.py --outside-space); the template's own
+        asserts still judge it when the kernel is imported."""
+        if check_space and not self.feasible(params):
             raise ValueError(f"{self.name}: {params} is not in the declared space")
         params = self.complete(params)
         tpl = _env(self.template_path.parent).from_string(self.template_path.read_text())
