@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import lzma
-import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from harness.agent.prompting import geomean  # noqa: E402
+from harness.scorecard import load_result  # noqa: E402
 
 PointKey = tuple[str, int, str, str, int]          # op, tp, shape, state dtype, batch
 
@@ -49,12 +52,10 @@ class PlanSummary:
 
 def load_record(path: Path) -> dict:
     """One diag_probe record (plain or .xz); ValueError (one line) if it is none."""
-    try:
-        raw = lzma.open(path).read() if path.suffix == ".xz" else path.read_bytes()
-        data = json.loads(raw)
-    except (OSError, lzma.LZMAError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a readable JSON record ({exc})") from None
-    if not isinstance(data, dict) or not isinstance(data.get("rows"), list) or "kernels" not in data:
+    data = load_result(path)
+    if data is None:
+        raise ValueError(f"{path}: not a readable JSON object")
+    if not isinstance(data.get("rows"), list) or "kernels" not in data:
         raise ValueError(f"{path}: not a diag_probe record (no rows / kernels)")
     return data
 
@@ -80,10 +81,6 @@ def ratios_by_point(records: list[dict], base: str | None) -> tuple[str, dict[Po
     return base, out
 
 
-def _geo(xs: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in xs) / len(xs))
-
-
 def summarise_variants(table: dict[PointKey, dict[str, tuple[float, bool]]]) -> list[VariantSummary]:
     names: list[str] = []
     for ents in table.values():
@@ -92,7 +89,7 @@ def summarise_variants(table: dict[PointKey, dict[str, tuple[float, bool]]]) -> 
     for n in names:
         vals = [ents[n] for ents in table.values() if n in ents]
         rs = [r for r, _ in vals]
-        out.append(VariantSummary(n, len(rs), _geo(rs), min(rs), max(rs), sum(1 for _, ok in vals if not ok)))
+        out.append(VariantSummary(n, len(rs), geomean(rs), min(rs), max(rs), sum(1 for _, ok in vals if not ok)))
     return out
 
 
@@ -125,7 +122,7 @@ def summarise_plan(table: dict[PointKey, dict[str, tuple[float, bool]]], plans: 
             missing.append(f"{plan} at {key[0]} TP{key[1]} {key[2] or '-'} B={b}")
     if not rs:
         raise ValueError(f"no point of the records is covered by {', '.join(plans)}")
-    return PlanSummary(list(plans), len(rs), _geo(rs), min(rs), max(rs), missing)
+    return PlanSummary(list(plans), len(rs), geomean(rs), min(rs), max(rs), missing)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,9 +11,9 @@ family and params). Each --set KEY=VALUE replaces one param: VALUE is read as JS
 "mla_qkv_a"), else kept as a string. The variant must lie in the family's declared space, unless
 --outside-space: then only the params' names are checked (a study of a value the space does not
 list yet, e.g. session 40's 14-CTA attn_res clusters; the template's own asserts still apply when
-the kernel is imported). It is written as kernels_generated/<op>/<id>/ (or under --out), with human provenance and the base's
-scope. Its id hashes the source and scope, so rendering the same variant twice gives the same
-folder. Prints the id.
+the kernel is imported). It is written as kernels_generated/<op>/<id>/ (or under --out), with
+human provenance and the base's scope. Its id hashes the source and scope, so rendering the same
+variant twice gives the same folder. Prints the id.
 
 Use: candidates that only a GPU can judge, for one bench, without committing them (committed
 human candidates must meet tests/kernels' bars, e.g. no register spills). An untracked folder
