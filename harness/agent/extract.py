@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import enum
 import re
+import threading
 from dataclasses import dataclass
 
 MAX_KERNEL_BYTES = 64 * 1024          # a kernel module is a few hundred lines at most
@@ -35,6 +36,19 @@ class Extracted:
         return self.problem is None
 
 
+# CPython 3.11 keeps the AST constructor's recursion counter in state the threads share, so two
+# threads turning source into ast nodes at once can fail with "SystemError: AST constructor
+# recursion depth mismatch" (python/cpython#106905; CI hit it with the loop's parallel drafts).
+# Parses are short: one at a time costs nothing.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_module(source: str) -> ast.Module:
+    """ast.parse, one thread at a time (see _PARSE_LOCK); raises SyntaxError as ast.parse does."""
+    with _PARSE_LOCK:
+        return ast.parse(source)
+
+
 def fenced_blocks(text: str) -> list[tuple[str, str]]:
     """(language, body) of every fenced block, in order."""
     return [(m.group(1).lower(), m.group(2)) for m in _FENCE_RE.finditer(text)]
@@ -52,7 +66,7 @@ def extract_kernel(reply: str) -> Extracted:
     parsed: list[tuple[str, ast.Module | None, str]] = []
     for body in blocks:
         try:
-            parsed.append((body, ast.parse(body), ""))
+            parsed.append((body, parse_module(body), ""))
         except SyntaxError as exc:
             parsed.append((body, None, f"line {exc.lineno}: {exc.msg}"))
     full = [(b, t) for b, t, _ in parsed if t is not None and _defines_api(t) == {"compile", "launch"}]

@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+from harness.agent import extract as extract_mod
 from harness.agent.extract import ReplyProblem, extract_kernel
 from harness.agent.runlog import EventKind, RunLog
 from harness.agent.secrets import REDACTED, scrub
@@ -43,3 +47,31 @@ def test_extract_takes_only_the_fenced_module():
     assert extract_kernel(two).problem is ReplyProblem.AMBIGUOUS
     helper = "```python\nx = 1\n```\n" + fenced(tiny_kernel())     # a snippet plus the module: the module wins
     assert extract_kernel(helper).code == tiny_kernel()
+
+
+def test_parallel_drafts_parse_one_at_a_time(monkeypatch):
+    """The loop extracts several drafts' replies at once; CPython 3.11's AST constructor is not
+    thread-safe (CI failed on it with "AST constructor recursion depth mismatch"), so parses
+    must not overlap. A slow stand-in for ast.parse counts how many threads are inside it."""
+    real_parse = extract_mod.ast.parse
+    inside, most = 0, 0
+    count_lock = threading.Lock()
+
+    def slow_parse(source, *args, **kwargs):
+        nonlocal inside, most
+        with count_lock:
+            inside += 1
+            most = max(most, inside)
+        time.sleep(0.01)
+        try:
+            return real_parse(source, *args, **kwargs)
+        finally:
+            with count_lock:
+                inside -= 1
+
+    monkeypatch.setattr(extract_mod.ast, "parse", slow_parse)
+    reply = "two blocks\n" + fenced(tiny_kernel()) + "\n" + fenced("x = 1\n")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(lambda _: extract_kernel(reply), range(16)))
+    assert all(r.ok and r.code == results[0].code for r in results)
+    assert most == 1
