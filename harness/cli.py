@@ -4,6 +4,7 @@ clear line on stderr with a non-zero exit code."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import sys
 
 import typer
@@ -28,6 +29,23 @@ for _name in _STAGES:
             raise
         continue
     _mod.register(app)
+
+
+def _one_line_summaries(typer_app: typer.Typer) -> None:
+    """`harness --help` lists each verb with its docstring's first paragraph, and typer keeps that
+    paragraph's hard line breaks, so a summary written over two source lines wrapped raggedly in the
+    table. Each verb without a short_help gets its first paragraph on one line (rich wraps it);
+    the verb's own --help page still shows the whole docstring."""
+    for info in typer_app.registered_commands:
+        doc = info.help or (info.callback.__doc__ if info.callback else None)
+        if info.short_help is None and doc:
+            info.short_help = " ".join(inspect.cleandoc(doc).split("\n\n")[0].split())
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _one_line_summaries(group.typer_instance)
+
+
+_one_line_summaries(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -36,3 +36,34 @@ def test_a_kill_switch_of_real_ops_lets_the_verb_run(run_cli, monkeypatch) -> No
     monkeypatch.setenv("HARNESS_DISABLE_KERNELS", "all")
     code, out, err = run_cli(["candidates", "moe_router"])
     assert code == 0 and "HARNESS_DISABLE_KERNELS" not in err, err
+
+
+def _verbs(typer_app, prefix: tuple[str, ...] = ()):
+    """(group argv, verb name, callback docstring) of every verb, groups included."""
+    for info in typer_app.registered_commands:
+        name = info.name or info.callback.__name__.replace("_", "-")
+        yield prefix, name, info.callback.__doc__ or ""
+    for group in typer_app.registered_groups:
+        yield from _verbs(group.typer_instance, prefix + (group.name,))
+
+
+def test_every_verb_is_listed_with_its_whole_first_paragraph_on_one_line(run_cli, monkeypatch) -> None:
+    """typer keeps a docstring's hard line breaks in the command table, so a summary written over
+    two source lines used to wrap raggedly; on a wide terminal each must sit on one line."""
+    import inspect
+
+    from harness.cli import app
+
+    monkeypatch.setenv("COLUMNS", "400")
+    verbs = list(_verbs(app))
+    assert len(verbs) >= 20
+    multi_line = 0
+    for group, name, doc in verbs:
+        first = inspect.cleandoc(doc).split("\n\n")[0]
+        multi_line += "\n" in first
+        code, out, _ = run_cli([*group, "--help"])
+        assert code == 0
+        row = next((ln for ln in out.splitlines() if ln.lstrip("│ ").startswith(name + " ")), None)
+        assert row is not None, (group, name)
+        assert " ".join(first.split()) in " ".join(row.split()), (group, name, row)
+    assert multi_line >= 5        # the case the fix is for is really exercised
