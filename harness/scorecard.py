@@ -547,7 +547,7 @@ def summary_lines(c: OpCard) -> list[str]:
 
 
 class ScorecardError(ValueError):
-    """A user mistake: a results path that is not a folder, an op without a promoted kernel."""
+    """A user mistake: a results path that is not a folder, an unknown op, an op without a promoted kernel."""
 
 
 def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None = None,
@@ -559,9 +559,18 @@ def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None
     files = json_files(results.resolve() if results else root / "results", root)   # read once
     if results is not None and not any(is_bench_run(d) or _is_layers(d) for _, d in files):
         raise ScorecardError(f"{results} holds no benchmark JSON (scripts/gpu/bench_kernels.py or bench_layers.py output)")
+    import reference_impls
+
+    unknown = [op for op in ops or [] if op not in reference_impls.OP_NAMES]
+    if unknown:
+        raise ScorecardError(f"unknown op {', '.join(map(repr, unknown))} (known: {', '.join(reference_impls.OP_NAMES)})")
+    from harness.promotion import read_manifest
+
+    promoted = sorted({e["op"] for e in read_manifest(root)})
+    missing = [op for op in ops or [] if op not in promoted]
+    if missing:
+        raise ScorecardError(f"no promoted kernel for {', '.join(missing)} (promoted: {', '.join(promoted) or 'none'})")
     cards = scorecards(root, ops=ops, files=files)
-    if ops and not cards:
-        raise ScorecardError(f"no promoted kernel for {', '.join(ops)}")
     layers = [] if ops else layer_tables(root, files=files)
     if not cards and not layers:
         raise ScorecardError("nothing to judge: no promoted kernel in kernels_generated/promoted.json and no per-layer benchmark")

@@ -240,7 +240,7 @@ def test_cli_errors_and_json(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, str(ROOT / "scripts" / "scorecard.py"), *a],  # noqa: E731
                                     capture_output=True, text=True, cwd=ROOT)
     p = run("--op", "no_such_op")
-    assert p.returncode == 2 and "no promoted kernel" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 2 and "unknown op 'no_such_op'" in p.stderr and "Traceback" not in p.stderr
     p = run("--results", str(tmp_path / "missing"))
     assert p.returncode == 2 and "not a folder" in p.stderr
     p = run("--op", "situ_and_mul", "--json")
@@ -257,8 +257,24 @@ def test_harness_scorecard_is_the_same_report(tmp_path):
     assert got[0].returncode == got[1].returncode == 0 and got[0].stdout == got[1].stdout
     assert "## situ_and_mul: promoted" in got[0].stdout
     p = subprocess.run([*harness, "--op", "no_such_op"], capture_output=True, text=True, cwd=ROOT)
-    assert p.returncode != 0 and "harness: error: no promoted kernel for no_such_op" in p.stderr
+    assert p.returncode != 0 and "harness: error: unknown op 'no_such_op' (known: moe_router," in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_scorecard_names_each_op_it_cannot_judge(tmp_path):
+    """An op asked for beside a promoted one is not dropped silently: a typo or an op without a
+    promoted kernel is one line naming it (and what it can judge), not a shorter report."""
+    import harness.scorecard as sc_mod
+    import reference_impls
+
+    with pytest.raises(sc_mod.ScorecardError, match=r"unknown op 'situ_and_mull'"):
+        sc_mod.report(ROOT, ["situ_and_mul", "situ_and_mull"])
+    from harness.promotion import read_manifest
+
+    promoted = {e["op"] for e in read_manifest(ROOT)}
+    unpromoted = next(op for op in reference_impls.OP_NAMES if op not in promoted)
+    with pytest.raises(sc_mod.ScorecardError, match=rf"no promoted kernel for {unpromoted} \(promoted: .*situ_and_mul"):
+        sc_mod.report(ROOT, ["situ_and_mul", unpromoted])
 
 
 def test_the_fused_op_must_beat_the_pair_it_replaces(sc):
