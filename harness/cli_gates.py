@@ -152,9 +152,9 @@ def register(app: typer.Typer) -> None:
                     # short by a timeout, which gates finished and how long each took
                     results = run_gates(ctx, chosen, on_done=lambda r: finished(r, _log_gate_done))
                 else:
-                    from rich.progress import Progress
+                    from .progress import progress_bar
 
-                    with Progress(console=console(), transient=True) as prog:
+                    with progress_bar() as prog:
                         task = prog.add_task(f"gating {op}/{cid}", total=len(chosen or range(6)))
                         results = run_gates(ctx, chosen, on_done=lambda r: finished(r, lambda _: prog.advance(task)))
         except (_Terminated, KeyboardInterrupt):

@@ -180,9 +180,8 @@ def register(app: typer.Typer) -> None:
                     json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
         """Compile a candidate for each arch x TP in a sandboxed subprocess (cached).
         Exit 1 if any compile failed."""
-        from rich.progress import Progress
-
         from .opdef import unsupported_tp
+        from .progress import progress_bar
         from .toolchain import check_candidate, compile_matrix
 
         _positive(timeout_s, "timeout-s")
@@ -198,7 +197,7 @@ def register(app: typer.Typer) -> None:
             raise CandidateFailed("STATIC_REJECT")
         archs = [a.strip() for a in arch.split(",") if a.strip()] or None
         tps = _csv_ints(tp, "tp") or None
-        with Progress(transient=True, disable=json_out) as prog:
+        with progress_bar(disable=json_out) as prog:
             n = len(archs or cand.scope.archs) * len(tps or cand.scope.tp)
             task = prog.add_task(f"compiling {cand.id}", total=n)
             reps = compile_matrix(cand, archs, tps, timeout_s=timeout_s, use_cache=not no_cache,
@@ -232,9 +231,8 @@ def register(app: typer.Typer) -> None:
         """Static checks, compile for every arch at the points' TPs, state dtypes and shapes (only
         those), then on a GPU correctness and timing vs the reference and torch.compile(reference).
         Exit 0 OK, 1 failed, 3 GPU stages not run."""
-        from rich.progress import Progress
-
         from .cli_ops import _point
+        from .progress import progress_bar
         from .toolchain import evaluate_candidate
         from .toolchain.evaluate import compile_plan
         from .toolchain.verdict import Verdict
@@ -253,7 +251,7 @@ def register(app: typer.Typer) -> None:
         if not points:
             raise UserError("no points: give --batch and --tp")
         inc = _incumbents(cand, incumbent, points) if incumbent else None
-        with Progress(transient=True, disable=json_out) as prog:
+        with progress_bar(disable=json_out) as prog:
             # static checks, a compile per arch x TP x static key of the points (not the whole scope), the GPU run
             task = prog.add_task("static checks", total=2 + len(compile_plan(cand, points)))
 

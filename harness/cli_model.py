@@ -141,9 +141,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json"),
     ) -> None:
         """Decode the same prompts with the registry's kernels on and off; compare logits."""
-        from rich.progress import Progress
-
         from .model.evaluate import KernelsMode, evaluate_model
+        from .progress import progress_bar
 
         try:
             mode = KernelsMode(kernels)
@@ -152,7 +151,7 @@ def register(app: typer.Typer) -> None:
         if save is not None:
             check_save_path(save)
         _cpu_threads()
-        with Progress(console=console(), transient=True, disable=as_json) as bar:
+        with progress_bar(disable=as_json) as bar:
             task = bar.add_task("eval-model", total=None)
 
             def tick(what: str, i: int, n: int) -> None:

@@ -67,3 +67,13 @@ def test_every_verb_is_listed_with_its_whole_first_paragraph_on_one_line(run_cli
         assert row is not None, (group, name)
         assert " ".join(first.split()) in " ".join(row.split()), (group, name, row)
     assert multi_line >= 5        # the case the fix is for is really exercised
+
+
+@pytest.mark.parametrize("argv", [["compile", "add_rmsnorm", "48258d", "--arch", "sm_80"],
+                                  ["eval-model", "--config", "nope"]])
+def test_a_mistake_caught_after_the_progress_bar_started_leaves_stdout_empty(argv: list[str], run_cli) -> None:
+    """Progress bars live on stderr and only on a terminal: a transient rich bar stopping on a
+    pipe used to write a blank line to stdout ahead of the one-line error."""
+    code, out, err = run_cli(argv)
+    assert code == 2 and out == "", repr(out)
+    assert [ln for ln in err.splitlines() if ln.strip()][0].startswith("harness: error: unknown")
