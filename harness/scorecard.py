@@ -550,26 +550,34 @@ class ScorecardError(ValueError):
     """A user mistake: a results path that is not a folder, an unknown op, an op without a promoted kernel."""
 
 
+def _check_ops(root: Path, ops: list[str]) -> None:
+    """ScorecardError naming the first unknown op (reference_impls.get's message), else every op
+    without a promoted kernel."""
+    import reference_impls
+    from harness.promotion import read_manifest
+
+    for op in ops:
+        try:
+            reference_impls.get(op)
+        except ValueError as exc:
+            raise ScorecardError(str(exc)) from None
+    promoted = sorted({e["op"] for e in read_manifest(root)})
+    missing = [op for op in ops if op not in promoted]
+    if missing:
+        raise ScorecardError(f"no promoted kernel for {', '.join(missing)} (promoted: {', '.join(promoted) or 'none'})")
+
+
 def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None = None,
            as_json: bool = False) -> str:
     """The scorecard as text (markdown tables) or JSON: every promoted op (or `ops`), then the
     per-layer tables (left out when `ops` narrows it)."""
     if results is not None and not results.is_dir():
         raise ScorecardError(f"{results} is not a folder")
+    if ops:                               # before any result file is read
+        _check_ops(root, ops)
     files = json_files(results.resolve() if results else root / "results", root)   # read once
     if results is not None and not any(is_bench_run(d) or _is_layers(d) for _, d in files):
         raise ScorecardError(f"{results} holds no benchmark JSON (scripts/gpu/bench_kernels.py or bench_layers.py output)")
-    import reference_impls
-
-    unknown = [op for op in ops or [] if op not in reference_impls.OP_NAMES]
-    if unknown:
-        raise ScorecardError(f"unknown op {', '.join(map(repr, unknown))} (known: {', '.join(reference_impls.OP_NAMES)})")
-    from harness.promotion import read_manifest
-
-    promoted = sorted({e["op"] for e in read_manifest(root)})
-    missing = [op for op in ops or [] if op not in promoted]
-    if missing:
-        raise ScorecardError(f"no promoted kernel for {', '.join(missing)} (promoted: {', '.join(promoted) or 'none'})")
     cards = scorecards(root, ops=ops, files=files)
     layers = [] if ops else layer_tables(root, files=files)
     if not cards and not layers:
