@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from .errors import UserError
+from .agent.runlog import file_mode_for
 from .output import console, print_json
 
 
@@ -224,6 +225,7 @@ def register(app: typer.Typer) -> None:
             fd, tmp = tempfile.mkstemp(dir=save.parent, prefix=f".{save.name}.", suffix=".tmp")
         except OSError as exc:
             raise UserError(f"cannot write {save}: {exc.strerror or exc}") from None
+        os.fchmod(fd, file_mode_for(save))                  # not mkstemp's 0600
         os.close(fd)
         try:
             torch.save({"inputs": inputs, "outputs": outputs, "op": defn.name,

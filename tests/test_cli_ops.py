@@ -74,6 +74,21 @@ def test_ref_saves_inputs_and_outputs(op: str, tmp_path: Path, run_cli) -> None:
     assert all(torch.equal(again[k], saved["outputs"][k]) for k in again)
 
 
+def test_ref_saves_with_open_permissions(tmp_path: Path, run_cli) -> None:
+    """The saved file gets what open() would give it (0666 less the umask), not mkstemp's 0600."""
+    import os
+    import stat
+
+    f = tmp_path / "router.pt"
+    old = os.umask(0o022)
+    try:
+        code, _, err = run_cli(["ref", "moe_router", "--save", str(f)])
+    finally:
+        os.umask(old)
+    assert code == 0, err
+    assert stat.S_IMODE(f.stat().st_mode) == 0o644
+
+
 def test_ref_kda_bf16_state(tmp_path: Path, run_cli) -> None:
     f = tmp_path / "kda.pt"
     code, _, err = run_cli(["ref", "kda_decode", "--batch", "3", "--tp", "16", "--state-dtype", "bf16", "--save", str(f)])

@@ -75,3 +75,35 @@ def test_parallel_drafts_parse_one_at_a_time(monkeypatch):
         results = list(pool.map(lambda _: extract_kernel(reply), range(16)))
     assert all(r.ok and r.code == results[0].code for r in results)
     assert most == 1
+
+
+def test_atomic_rewrites_get_open_permissions_not_mkstemps(tmp_path):
+    """A run's summary.json (and an op's committed ledger) used to come out 0600: mkstemp's mode,
+    handed on by the rename. A new file gets what open() gives (0666 less the umask), as the run's
+    events.jsonl beside it does; a rewrite keeps the file's own mode."""
+    import os
+    import stat
+
+    from harness.agent.runlog import atomic_write_text
+
+    def mode(p):
+        return stat.S_IMODE(p.stat().st_mode)
+
+    old = os.umask(0o027)
+    try:
+        log = RunLog.create(tmp_path, "r1")
+        log.append(EventKind.RUN_STARTED, op="moe_router")
+        assert mode(log.events_path) == 0o640
+        log.write_json("summary.json", {"op": "moe_router"})
+        assert mode(log.folder / "summary.json") == 0o640
+        kept = tmp_path / "kept.json"
+        kept.write_text("{}")
+        kept.chmod(0o604)
+        atomic_write_text(kept, '{"a": 1}')
+        assert mode(kept) == 0o604 and kept.read_text() == '{"a": 1}'
+        os.umask(0o022)
+        atomic_write_text(tmp_path / "other.json", "{}")
+        assert mode(tmp_path / "other.json") == 0o644
+    finally:
+        os.umask(old)
+    assert not list(tmp_path.rglob("*.tmp"))
