@@ -89,3 +89,36 @@ def test_a_kernel_against_its_own_copy_reads_one(dp, tmp_path, monkeypatch):
         assert row["variants"]["broken"] == {"ok": False, "error": "RuntimeError: no kernel here"}
     written = json.loads((tmp_path / "out" / "diag_situ_and_mul_default_tp8.json").read_text())
     assert written["rows"] == json.loads(json.dumps(rec["rows"]))
+
+
+ROUTER = ROOT / "kernels_generated" / "moe_router" / "876e935cf35f"   # the promoted moe_router
+_PAD_AFTER = "        sOutI = smem.allocate_tensor(Int32, cute.make_layout((TOP_K,), stride=(1,)), byte_alignment=16)\n"
+
+
+def _too_much_shared_memory(root: Path) -> str:
+    """The promoted router with 240 KiB of unused shared memory in its top-k kernel: it compiles, and
+    its launch fails (an H200 SM has 227 KiB)."""
+    src = (ROUTER / "kernel.py").read_text()
+    assert src.count(_PAD_AFTER) == 1, "the router kernel changed: update this test's edit"
+    src = src.replace(_PAD_AFTER, _PAD_AFTER + "        pad = smem.allocate_tensor(Int32, cute.make_layout((60 * 1024,), stride=(1,)), byte_alignment=16)\n")
+    return _variant(root, "toolarge", src)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_a_variant_whose_launch_fails_is_recorded_and_the_run_goes_on(dp, tmp_path, monkeypatch):
+    """Session 42: such a variant printed its launch error without raising, and torch raised at its
+    next kernel launch, outside every variant's try, which ended the run (bench_kernels'
+    surface_launch_error now raises it inside the variant's check)."""
+    for name in ("first", "second"):
+        shutil.copytree(ROUTER, tmp_path / name, ignore=shutil.ignore_patterns("evidence"))
+    bad = _too_much_shared_memory(tmp_path)
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    rec = dp.main(["--op", "moe_router", "--batches", "1,8", "--rounds", "3",
+                   "--kernels", f"{tmp_path / 'first'},{bad},{tmp_path / 'second'}"])
+    assert [r["batch"] for r in rec["rows"]] == [1, 8]
+    for row in rec["rows"]:
+        assert row["variants"]["toolarge"]["ok"] is False and "error" in row["variants"]["toolarge"], row
+        assert "median_us" not in row["variants"]["toolarge"]
+        for name in ("first", "second"):
+            assert row["variants"][name]["ok"] and row["variants"][name]["median_us"] > 0, row

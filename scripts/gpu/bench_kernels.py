@@ -185,6 +185,18 @@ def err_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:300] + " | " + traceback.format_exc()[-600:].replace("\n", " / ")
 
 
+def surface_launch_error() -> None:
+    """Raise, right after a kernel's launch, a launch error its launcher printed without raising.
+    Session 42: a CuTe DSL kernel asking more shared memory than an SM has printed "Error: kernel
+    ... " and returned; torch then raised "CUDA error: invalid argument" at its next kernel launch,
+    an input clone of the next point, which ended the whole diag_probe run. One small torch kernel
+    here makes that error this kernel's, inside its caller's try. (Not yet seen on a GPU: the
+    session's device time ran out; diag42b/rt_padx in results/h200/session42/variants_router7.tar.xz
+    reproduces the failure.)"""
+    torch.empty(1, device="cuda").fill_(0.0)
+    torch.cuda.synchronize()
+
+
 def check_point(defn, mod, compiled, point: Point, seed: int = 0) -> dict:
     gen = torch.Generator().manual_seed(seed + point.batch)
     inputs = defn.make_inputs(point, gen, "cuda")
@@ -192,7 +204,7 @@ def check_point(defn, mod, compiled, point: Point, seed: int = 0) -> dict:
     outs = defn.alloc_outputs(point, "cuda", poison=True)
     kin = {k: (v.clone() if defn.spec(k).role is Role.STATE else v) for k, v in inputs.items()}
     mod.launch(compiled, **kernel_tensors(defn, kin, outs))
-    torch.cuda.synchronize()
+    surface_launch_error()
     got = dict(outs)
     for k, v in kin.items():
         if defn.spec(k).role is Role.STATE:
