@@ -1,14 +1,13 @@
 """`harness ops`, `harness ops show <op>`, `harness ref <op>`: the op catalogue."""
 from __future__ import annotations
 
-import os
-import tempfile
+import contextlib
 from pathlib import Path
 
 import typer
 
+from .atomic_file import replacing
 from .errors import UserError
-from .agent.runlog import file_mode_for
 from .output import console, print_json
 
 
@@ -221,22 +220,17 @@ def register(app: typer.Typer) -> None:
         gen = torch.Generator().manual_seed(seed)
         inputs = defn.make_inputs(pt, gen, "cpu")
         outputs = defn.run_reference(inputs)
+        staged = contextlib.ExitStack()
         try:
-            fd, tmp = tempfile.mkstemp(dir=save.parent, prefix=f".{save.name}.", suffix=".tmp")
+            tmp = staged.enter_context(replacing(save))     # only creating the temp file is a UserError
         except OSError as exc:
             raise UserError(f"cannot write {save}: {exc.strerror or exc}") from None
-        os.fchmod(fd, file_mode_for(save))                  # not mkstemp's 0600
-        os.close(fd)
-        try:
+        with staged:
             torch.save({"inputs": inputs, "outputs": outputs, "op": defn.name,
                         "point": {"batch": pt.batch, "tp": pt.tp, "context": pt.context,
                                   "routing": pt.routing.value, "state_dtype": pt.state_dtype,
                                   "shape": pt.shape},
                         "seed": seed}, tmp)
-            os.replace(tmp, save)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         summary = {"op": defn.name, "point": pt.label(), "file": str(save),
                    "inputs": {k: [list(v.shape), str(v.dtype)] for k, v in inputs.items()},
                    "outputs": {k: [list(v.shape), str(v.dtype)] for k, v in outputs.items()}}

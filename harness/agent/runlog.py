@@ -17,13 +17,13 @@ import json
 import os
 import re
 import secrets as _pysecrets
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..atomic_file import replacing
 from .secrets import scrub, scrub_obj
 
 _RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,80}$")
@@ -61,51 +61,14 @@ def new_run_id(op: str) -> str:
     return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{op}-{_pysecrets.token_hex(3)}"
 
 
-_UMASK_LOCK = threading.Lock()
-
-
-def _umask() -> int:
-    """The process's umask. Linux reports it in /proc/self/status; elsewhere it can only be read by
-    setting it, so that is done under a lock and undone at once."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("Umask:"):
-                return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    with _UMASK_LOCK:
-        mask = os.umask(0o022)
-        os.umask(mask)
-    return mask
-
-
-def file_mode_for(path: Path) -> int:
-    """The permission bits a rewrite of `path` should carry: the file's own when it exists, else
-    what a plain open() would create (0666 less the umask). mkstemp's temp files are 0600, which a
-    rename would otherwise hand on: a run's summary.json, or an op's committed ledger, readable by
-    its owner alone."""
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        return 0o666 & ~_umask()
-
-
 def atomic_write_text(path: Path, text: str) -> None:
     """Write via a temp file in the same folder + fsync + rename: readers see old or new. The file
     keeps its permissions (a new one gets open()'s: 0666 less the umask)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    mode = file_mode_for(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with replacing(path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 class RunLog:

@@ -3,8 +3,6 @@ output folder, plus style.css. Every value printed passes through the secrets sc
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,6 +11,7 @@ from typing import Any
 from markupsafe import Markup
 
 from ..agent.secrets import scrub
+from ..atomic_file import replacing
 from . import svgplot
 from .model import Badge, CandidateView, OpView, RunView, SiteData
 from .source import highlight_python, pygments_css, unified_diff
@@ -178,11 +177,8 @@ def run_plots(r: RunView) -> list[Markup]:
 # ---- writing ------------------------------------------------------------------------------
 def _write(path: Path, text: str) -> None:
     """Temp file + rename: a page being served is never seen half-written."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    with replacing(path, mode=0o644) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def _margin(root: Path) -> float | None:
