@@ -218,3 +218,38 @@ def test_table_notes_an_eager_reference_on_fewer_sets(bench, capsys):
     bench.print_table(rec)
     out = capsys.readouterr().out
     assert "  eager: fewer rotated sets than the kernels (--eager-copies); partly in L2 at B = 1\n" in out
+
+
+class _Launcher:
+    """A kernel module whose launch raises or returns, for launch_checked."""
+
+    def __init__(self, error: Exception | None):
+        self.error = error
+
+    def launch(self, compiled, **tensors):
+        if self.error:
+            raise self.error
+
+
+def test_a_launch_that_raises_leaves_no_cuda_error_for_the_next_kernel(bench, monkeypatch):
+    """Session 43 on the H200: a CuTe launch raised its own ValueError and left the CUDA error set,
+    and the next variant was recorded as failed in its place. The runtime's error (here a stand-in
+    raised by the probe kernel) is consumed, and the launch's own exception is the one raised."""
+    pending = [RuntimeError("CUDA error: invalid argument")]
+
+    def probe():
+        if pending:
+            raise pending.pop()
+    monkeypatch.setattr(bench, "surface_launch_error", probe)
+    with pytest.raises(ValueError, match="own"):
+        bench.launch_checked(_Launcher(ValueError("its own")), None, {})
+    assert not pending                          # consumed by the failing launch, not left for the next
+    bench.launch_checked(_Launcher(None), None, {})
+
+
+def test_a_launch_that_only_printed_its_error_raises_it(bench, monkeypatch):
+    def probe():
+        raise RuntimeError("CUDA error: invalid argument")
+    monkeypatch.setattr(bench, "surface_launch_error", probe)
+    with pytest.raises(RuntimeError, match="invalid argument"):
+        bench.launch_checked(_Launcher(None), None, {})
