@@ -103,8 +103,6 @@ def time_point(defn, launch, compiled, pt, vs_compiled_ref: bool, incumbent=None
     copies 0.977-0.980 apart with the eager reference between them in the interleave and 1.025
     with the order reversed, their spread 4-7% instead of 0.3-0.8%, and 0.999-1.000 with the
     kernels alone (results/h200/session36/aa_skinny.log)."""
-    import torch
-
     from .timing import time_interleaved
 
     sets, outs, per_set, l2 = rotated_inputs(defn, pt, _fresh_seed())
