@@ -1,21 +1,16 @@
 """scripts/bench_dispatch.py: the registry's per-dispatch cost on the host."""
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from gpu_scripts import tool_script
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_dispatch", ROOT / "scripts/bench_dispatch.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return tool_script("bench_dispatch")
 
 
 def test_every_case_is_timed_on_its_kernel(bench, capsys):

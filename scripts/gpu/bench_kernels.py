@@ -41,6 +41,7 @@ Needs no pydantic / gitpython / LLM SDKs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import math
@@ -190,33 +191,24 @@ def surface_launch_error() -> None:
     Session 42: a CuTe DSL kernel asking more shared memory than an SM has printed "Error: kernel
     ... " and returned; torch then raised "CUDA error: invalid argument" at its next kernel launch,
     an input clone of the next point, which ended the whole diag_probe run. One small torch kernel
-    here makes that error this kernel's, inside its caller's try. A launch that raises instead
-    leaves the error for clear_launch_error (session 43)."""
+    here makes that error this kernel's, inside its caller's try (launch_checked)."""
     torch.empty(1, device="cuda").fill_(0.0)
     torch.cuda.synchronize()
 
 
-def clear_launch_error() -> None:
-    """Consume the runtime's last error after a launch that raised. Session 43 (the GPU test
-    test_a_variant_whose_launch_fails_is_recorded_and_the_run_goes_on): CuTe DSL raised a ValueError
-    of its own at such a launch and left cudaErrorInvalidValue set, so torch raised it at the next
-    variant's first kernel, and that variant was recorded as failed in its place. One torch kernel
-    reads and clears it (torch checks each launch with cudaGetLastError); what it raises is dropped,
-    the launch's own exception is the one recorded."""
-    try:
-        surface_launch_error()
-    except Exception:  # noqa: BLE001 - the error being cleared; the caller re-raises the launch's own
-        pass
-
-
 def launch_checked(mod, compiled, tensors: dict) -> None:
-    """One launch of a kernel module whose errors stay its own: a launch that raises leaves no CUDA
-    error behind for the next kernel (clear_launch_error), one that only printed its error raises
-    it here (surface_launch_error)."""
+    """One launch of a kernel module whose errors stay its own. One that only printed its error
+    raises it here (surface_launch_error). One that raised may have left the CUDA error set: session
+    43 (the GPU test test_a_variant_whose_launch_fails_is_recorded_and_the_run_goes_on) saw CuTe DSL
+    raise a ValueError of its own and leave cudaErrorInvalidValue behind, which torch then raised at
+    the next variant's first kernel, recording that variant as failed in its place. The probe kernel
+    consumes it (torch checks each launch with cudaGetLastError); what the probe raises is dropped
+    and the launch's own exception goes on."""
     try:
         mod.launch(compiled, **tensors)
     except Exception:
-        clear_launch_error()
+        with contextlib.suppress(Exception):
+            surface_launch_error()
         raise
     surface_launch_error()
 
