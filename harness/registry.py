@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import functools
 import json
 import os
 import threading
@@ -167,30 +168,34 @@ def _env_disabled() -> frozenset[str]:
     """The ops HARNESS_DISABLE_KERNELS switches off. A name that is no op fails closed: a
     typo (`moe_routr`) would otherwise leave the kernel it meant on, so it switches "all"
     off and `env_disable_problem()` says why."""
-    names = _env_names()
-    return frozenset({"all"}) if _unknown_ops(names) else names
+    return _env_state(os.environ.get(ENV_DISABLE, ""))[0]
 
 
-def _env_names() -> frozenset[str]:
-    raw = os.environ.get(ENV_DISABLE, "").strip()
-    return frozenset(p.strip() for p in raw.split(",") if p.strip())
+def env_disable_problem() -> str | None:
+    """One line when HARNESS_DISABLE_KERNELS names an op that does not exist, else None."""
+    return _env_state(os.environ.get(ENV_DISABLE, ""))[1]
+
+
+@functools.lru_cache(maxsize=8)
+def _env_state(raw: str) -> tuple[frozenset[str], str | None]:
+    """(the ops switched off, the problem line or None) for one value of HARNESS_DISABLE_KERNELS,
+    parsed once per distinct value: every dispatch reads the variable, so a change takes effect at
+    the next call, but the names are not split and checked again per call."""
+    names = frozenset(p.strip() for p in raw.strip().split(",") if p.strip())
+    unknown = _unknown_ops(names)
+    if not unknown:
+        return names, None
+    import reference_impls  # noqa: PLC0415
+
+    problem = (f"{ENV_DISABLE} names no op: {', '.join(unknown)} (known: all, {', '.join(reference_impls.OP_NAMES)}); "
+               "every kernel is off until it is fixed")
+    return frozenset({"all"}), problem
 
 
 def _unknown_ops(names: frozenset[str] | set[str]) -> list[str]:
     import reference_impls  # noqa: PLC0415 - reference_impls imports harness.opdef
 
     return sorted(n for n in names if n != "all" and n not in reference_impls.OP_NAMES)
-
-
-def env_disable_problem() -> str | None:
-    """One line when HARNESS_DISABLE_KERNELS names an op that does not exist, else None."""
-    unknown = _unknown_ops(_env_names())
-    if not unknown:
-        return None
-    import reference_impls  # noqa: PLC0415
-
-    return (f"{ENV_DISABLE} names no op: {', '.join(unknown)} (known: all, {', '.join(reference_impls.OP_NAMES)}); "
-            "every kernel is off until it is fixed")
 
 
 def _default_loader(candidate_dir: Path, arch: str, tp: int, **static: str) -> KernelFn:
@@ -207,6 +212,7 @@ class Registry:
         self._loader: Loader = loader or _default_loader
         self._check_shapes = check_shapes
         self._kernels: dict[str, list[KernelEntry]] = {}     # op -> entries in registration order
+        self._try_order: dict[str, list[KernelEntry]] = {}   # op -> the same, by_specificity (per change, not per call)
         self._disabled: set[str] = set()
         self._counts: Counter[TraceKey] = Counter()
         self._by_candidate: Counter[tuple[str, str]] = Counter()   # (op, candidate) -> kernel calls
@@ -222,14 +228,17 @@ class Registry:
             raise ValueError("register needs a callable or a candidate folder")
         kept = [e for e in self._kernels.get(op, []) if e.candidate != candidate and e.scope != scope]
         self._kernels[op] = kept + [KernelEntry(op, candidate, scope, fn, candidate_dir)]
+        self._try_order[op] = by_specificity(self._kernels[op])
 
     def unregister(self, op: str, candidate: str | None = None) -> None:
         """Remove op's entry of `candidate`, or every entry of op when None."""
         kept = [e for e in self._kernels.get(op, []) if candidate is not None and e.candidate != candidate]
         if kept:
             self._kernels[op] = kept
+            self._try_order[op] = by_specificity(kept)
         else:
             self._kernels.pop(op, None)
+            self._try_order.pop(op, None)
 
     def load_manifest(self, manifest: Path, kernels_dir: Path | None = None) -> int:
         """Register every entry of promoted.json; returns how many. Missing file = none."""
@@ -246,7 +255,7 @@ class Registry:
         """The registered kernels (of `op`, or of every op by name), each op's in the order a
         call tries them (`by_specificity`)."""
         ops = [op] if op is not None else sorted(self._kernels)
-        return [e for o in ops for e in by_specificity(self._kernels.get(o, []))]
+        return [e for o in ops for e in self._try_order.get(o, [])]
 
     # ---- kill switch ----------------------------------------------------------------
     def disable(self, *ops: str) -> None:
@@ -263,8 +272,8 @@ class Registry:
         self._disabled.difference_update(ops)
 
     def is_disabled(self, op: str) -> bool:
-        env_off = _env_disabled()
-        if env_off and (problem := env_disable_problem()):
+        env_off, problem = _env_state(os.environ.get(ENV_DISABLE, ""))
+        if problem:
             self._errors[ENV_DISABLE] = problem      # shown by `harness trace` and eval-model
         off = self._disabled | env_off
         return "all" in off or op in off
@@ -337,7 +346,7 @@ class Registry:
         import reference_impls  # noqa: PLC0415 - reference_impls imports harness.opdef
 
         defn = reference_impls.get(op)
-        entries = by_specificity(self._kernels.get(op, []))
+        entries = self._try_order.get(op, [])
         if not entries:
             return defn, None, None, None, Reason.NO_KERNEL
         if self.is_disabled(op):

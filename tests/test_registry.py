@@ -132,6 +132,29 @@ def test_an_env_kill_switch_of_real_ops_reports_no_problem(monkeypatch) -> None:
     assert k.calls == 1 and reg.errors() == {}
 
 
+def test_a_call_neither_reorders_the_entries_nor_reparses_the_kill_switch(monkeypatch) -> None:
+    """The try order is computed when the entries change and the kill switch once per value of the
+    variable, not on every dispatch (each decode step dispatches every op of every layer)."""
+    sorts, parses = [], []
+    real_sort, real_unknown = reg_mod.by_specificity, reg_mod._unknown_ops
+    monkeypatch.setattr(reg_mod, "by_specificity", lambda es: sorts.append(1) or real_sort(es))
+    monkeypatch.setattr(reg_mod, "_unknown_ops", lambda names: parses.append(1) or real_unknown(names))
+    reg_mod._env_state.cache_clear()
+    reg, k = Registry(), MarkingKernel()
+    reg.register(OP, CPU_SCOPE, k)
+    reg.register(OP, KernelScope(archs=("cpu",), tp=(8,), batch=(1, 2), dtypes=("bf16",)), k, candidate="narrow")
+    monkeypatch.setenv(reg_mod.ENV_DISABLE, "rmsnorm")
+    for _ in range(5):
+        reg.run(OP, _inputs(1), tp=8)
+    assert k.calls == 5 and len(sorts) == 2 and len(parses) == 1
+    assert [e.candidate for e in reg.entries(OP)] == ["narrow", "direct"]
+    reg.unregister(OP, "narrow")
+    assert [e.candidate for e in reg.entries(OP)] == ["direct"]
+    monkeypatch.setenv(reg_mod.ENV_DISABLE, "moe_router")             # a new value: parsed, and obeyed
+    reg.run(OP, _inputs(1), tp=8)
+    assert k.calls == 5 and len(parses) == 2
+
+
 def test_disable_refuses_a_name_that_is_no_op() -> None:
     reg = Registry()
     with pytest.raises(ValueError, match="moe_routr"):
