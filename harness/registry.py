@@ -213,6 +213,8 @@ class Registry:
         self._check_shapes = check_shapes
         self._kernels: dict[str, list[KernelEntry]] = {}     # op -> entries in registration order
         self._try_order: dict[str, list[KernelEntry]] = {}   # op -> the same, by_specificity (per change, not per call)
+        self._shapes: dict[tuple, ExpectedShapes | None] = {}    # _expected_shapes' memo
+        self._outputs: dict[tuple, OutputSpecs] = {}            # _alloc_outputs' memo
         self._disabled: set[str] = set()
         self._counts: Counter[TraceKey] = Counter()
         self._by_candidate: Counter[tuple[str, str]] = Counter()   # (op, candidate) -> kernel calls
@@ -354,7 +356,7 @@ class Registry:
         info = _call_info(defn, inputs, tp, static)
         reason = Reason.NO_KERNEL
         for entry in entries:
-            reason, point = _scope_check(defn, entry.scope, info, inputs, self._check_shapes)
+            reason, point = _scope_check(defn, entry.scope, info, inputs, self._check_shapes, self._shapes)
             if reason is None:
                 return defn, entry, info, point, None
         return defn, entries[-1], info, None, reason
@@ -367,7 +369,8 @@ class Registry:
                 site: str) -> dict[str, torch.Tensor]:
         try:
             fn = self._compiled(entry, info)
-            outs = _alloc_outputs(defn, inputs, point) if self._check_shapes else _alloc_like_reference(defn, inputs)
+            outs = (_alloc_outputs(defn, inputs, point, self._outputs) if self._check_shapes
+                    else _alloc_like_reference(defn, inputs))
             fn(**inputs, **outs)
         except Exception as exc:  # a broken kernel must never take the decode path down
             self._errors[op] = f"{site or op}: {type(exc).__name__}: {exc}"
@@ -419,9 +422,25 @@ def _call_info(defn, inputs: Mapping[str, torch.Tensor], tp: int, static: Mappin
     return CallInfo(device_arch(device), tp, batch, dtype, state_dtype, tuple(sorted(st.items())))
 
 
-def _alloc_outputs(defn, inputs: Mapping[str, torch.Tensor], point) -> dict[str, torch.Tensor]:
+OutputSpecs = tuple[tuple[str, tuple[int, ...], torch.dtype], ...]
+
+
+def _alloc_outputs(defn, inputs: Mapping[str, torch.Tensor], point,
+                   memo: dict[tuple, OutputSpecs] | None = None) -> dict[str, torch.Tensor]:
     """Output buffers sized from the call's own tensors (dims bound by the inputs), the
-    definition's dims for the rest (e.g. top-k K)."""
+    definition's dims for the rest (e.g. top-k K). Their shapes are memoised in `memo` per op and
+    point for an op without a context axis: there the checked inputs' shapes are the point's."""
+    key = (defn.name, point)
+    specs = memo.get(key) if memo is not None else None
+    if specs is None:
+        specs = _output_specs(defn, inputs, point)
+        if memo is not None and not defn.uses_context:
+            memo[key] = specs
+    device = next(iter(inputs.values())).device
+    return {name: torch.empty(shape, dtype=dtype, device=device) for name, shape, dtype in specs}
+
+
+def _output_specs(defn, inputs: Mapping[str, torch.Tensor], point) -> OutputSpecs:
     from harness.opdef import DTYPES, Role  # noqa: PLC0415
 
     dims = dict(defn.dims(point))
@@ -429,9 +448,7 @@ def _alloc_outputs(defn, inputs: Mapping[str, torch.Tensor], point) -> dict[str,
         t = inputs.get(spec.name)
         if t is not None and t.dim() == len(spec.shape):
             dims.update({d: int(n) for d, n in zip(spec.shape, t.shape) if isinstance(d, str)})
-    device = next(iter(inputs.values())).device
-    return {s.name: torch.empty(s.resolve(dims), dtype=DTYPES[s.dtype], device=device)
-            for s in defn.outputs if s.role is not Role.STATE}
+    return tuple((s.name, s.resolve(dims), DTYPES[s.dtype]) for s in defn.outputs if s.role is not Role.STATE)
 
 
 def _alloc_like_reference(defn, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -442,8 +459,29 @@ def _alloc_like_reference(defn, inputs: Mapping[str, torch.Tensor]) -> dict[str,
     return {s.name: torch.empty_like(ref[s.name]) for s in defn.outputs if s.role is not Role.STATE}
 
 
+ExpectedShapes = tuple[dict[str, Any], dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]
+
+
+def _expected_shapes(defn, info: CallInfo, shape_name: str,
+                     memo: dict[tuple, ExpectedShapes | None]) -> ExpectedShapes | None:
+    """(the point's fields but context, the op's tensor shapes at context 1, at context 2) for the
+    call's batch, TP, shape and state dtype, or None when the op defines no such point. Memoised
+    in `memo` (the registry's, per op and those four): the same few points recur every step."""
+    from harness.opdef import Point  # noqa: PLC0415
+
+    key = (defn.name, info.batch, info.tp, shape_name, info.state_dtype)
+    if key not in memo:
+        try:
+            kw = dict(batch=info.batch, tp=info.tp, shape=shape_name,
+                      state_dtype=info.state_dtype if info.state_dtype in defn.state_dtypes else defn.state_dtypes[0])
+            memo[key] = (kw, defn.shapes(Point(context=1, **kw)), defn.shapes(Point(context=2, **kw)))
+        except Exception:
+            memo[key] = None
+    return memo[key]
+
+
 def _scope_check(defn, scope: KernelScope, info: CallInfo, inputs: Mapping[str, torch.Tensor],
-                 check_shapes: bool = True):
+                 check_shapes: bool = True, memo: dict[tuple, ExpectedShapes | None] | None = None):
     """(None, point) when the call is inside `scope`, else (reason, None)."""
     from harness.opdef import Point  # noqa: PLC0415
 
@@ -452,13 +490,10 @@ def _scope_check(defn, scope: KernelScope, info: CallInfo, inputs: Mapping[str, 
     if outside is not None:
         return outside, None
     # The tensors must have the op's true per-rank shapes (a tiny test model never does).
-    try:
-        kw = dict(batch=info.batch, tp=info.tp, shape=shape_name,
-                  state_dtype=info.state_dtype if info.state_dtype in defn.state_dtypes else defn.state_dtypes[0])
-        p1, p2 = Point(context=1, **kw), Point(context=2, **kw)
-        s1, s2 = defn.shapes(p1), defn.shapes(p2)
-    except Exception:
+    expected = _expected_shapes(defn, info, shape_name, {} if memo is None else memo)
+    if expected is None:
         return Reason.SHAPE, None
+    kw, s1, s2 = expected
     if not check_shapes:
         return None, Point(context=1, **kw)
     for spec in defn.inputs:

@@ -155,6 +155,48 @@ def test_a_call_neither_reorders_the_entries_nor_reparses_the_kill_switch(monkey
     assert k.calls == 5 and len(parses) == 2
 
 
+def test_shapes_are_worked_out_once_per_point_and_still_checked_on_every_call(monkeypatch) -> None:
+    """The expected input shapes and the output buffers' shapes are memoised per op and point, the
+    tensors themselves checked against them on every call: a wrong shape after a right one at the
+    same point still falls back."""
+    from harness.opdef import OpDefinition
+
+    shapes_calls, specs_calls = [], []
+    real_shapes, real_specs = OpDefinition.shapes, reg_mod._output_specs
+    monkeypatch.setattr(OpDefinition, "shapes", lambda self, p: shapes_calls.append(p) or real_shapes(self, p))
+    monkeypatch.setattr(reg_mod, "_output_specs", lambda *a: specs_calls.append(1) or real_specs(*a))
+    reg, k = Registry(), MarkingKernel()
+    reg.register(OP, CPU_SCOPE, k)
+    for _ in range(4):
+        out = reg.run(OP, _inputs(2), tp=8)
+        assert out["topk_weights"].shape == (2, 16) and out["topk_ids"].dtype == torch.int32
+    assert k.calls == 4 and len(shapes_calls) == 2 and len(specs_calls) == 1    # contexts 1 and 2, once
+    bad = _inputs(2)
+    bad["x"] = bad["x"][:, :1024].contiguous()
+    bad["router_weight"] = bad["router_weight"][:, :1024].contiguous()
+    reg.run(OP, bad, tp=8)
+    reg.run(OP, _inputs(4), tp=8)                                     # another point: worked out anew
+    assert k.calls == 5 and len(shapes_calls) == 4 and len(specs_calls) == 2
+    assert reg.counters() == {_key(Outcome.KERNEL, Reason.IN_SCOPE): 5, _key(Outcome.FALLBACK, Reason.SHAPE): 1}
+
+
+def test_an_op_with_a_context_axis_sizes_its_outputs_per_call() -> None:
+    """mla_decode's tensors grow with the context: its output shapes are not memoised per point
+    (the memo would grow by one entry a decode step), and each call's buffers fit its own context."""
+    defn = reference_impls.get("mla_decode")
+    seen = []
+
+    def kernel(**t):
+        seen.append({n: tuple(v.shape) for n, v in t.items() if defn.spec(n).role.name == "OUTPUT"})
+    reg = Registry()
+    reg.register("mla_decode", KernelScope(archs=("cpu",), tp=(8,), batch=(1, 4), dtypes=("bf16",)), kernel)
+    for ctx in (100, 101):
+        inp = defn.make_inputs(Point(batch=2, context=ctx), torch.Generator().manual_seed(ctx), "cpu")
+        reg.run("mla_decode", inp, tp=8)
+    want = [{n: s for n, s in defn.shapes(Point(batch=2, context=c)).items() if n in seen[0]} for c in (100, 101)]
+    assert seen == want and reg._outputs == {}
+
+
 def test_disable_refuses_a_name_that_is_no_op() -> None:
     reg = Registry()
     with pytest.raises(ValueError, match="moe_routr"):
