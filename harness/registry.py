@@ -426,15 +426,15 @@ OutputSpecs = tuple[tuple[str, tuple[int, ...], torch.dtype], ...]
 
 
 def _alloc_outputs(defn, inputs: Mapping[str, torch.Tensor], point,
-                   memo: dict[tuple, OutputSpecs] | None = None) -> dict[str, torch.Tensor]:
+                   memo: dict[tuple, OutputSpecs]) -> dict[str, torch.Tensor]:
     """Output buffers sized from the call's own tensors (dims bound by the inputs), the
     definition's dims for the rest (e.g. top-k K). Their shapes are memoised in `memo` per op and
     point for an op without a context axis: there the checked inputs' shapes are the point's."""
     key = (defn.name, point)
-    specs = memo.get(key) if memo is not None else None
+    specs = memo.get(key)
     if specs is None:
         specs = _output_specs(defn, inputs, point)
-        if memo is not None and not defn.uses_context:
+        if not defn.uses_context:
             memo[key] = specs
     device = next(iter(inputs.values())).device
     return {name: torch.empty(shape, dtype=dtype, device=device) for name, shape, dtype in specs}
@@ -481,7 +481,7 @@ def _expected_shapes(defn, info: CallInfo, shape_name: str,
 
 
 def _scope_check(defn, scope: KernelScope, info: CallInfo, inputs: Mapping[str, torch.Tensor],
-                 check_shapes: bool = True, memo: dict[tuple, ExpectedShapes | None] | None = None):
+                 check_shapes: bool, memo: dict[tuple, ExpectedShapes | None]):
     """(None, point) when the call is inside `scope`, else (reason, None)."""
     from harness.opdef import Point  # noqa: PLC0415
 
@@ -490,7 +490,7 @@ def _scope_check(defn, scope: KernelScope, info: CallInfo, inputs: Mapping[str, 
     if outside is not None:
         return outside, None
     # The tensors must have the op's true per-rank shapes (a tiny test model never does).
-    expected = _expected_shapes(defn, info, shape_name, {} if memo is None else memo)
+    expected = _expected_shapes(defn, info, shape_name, memo)
     if expected is None:
         return Reason.SHAPE, None
     kw, s1, s2 = expected
