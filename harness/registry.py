@@ -21,6 +21,7 @@ outputs (and STATE tensors) in place. Importable without a GPU, CuTe DSL or pyda
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import functools
 import json
@@ -213,8 +214,8 @@ class Registry:
         self._check_shapes = check_shapes
         self._kernels: dict[str, list[KernelEntry]] = {}     # op -> entries in registration order
         self._try_order: dict[str, list[KernelEntry]] = {}   # op -> the same, by_specificity (per change, not per call)
-        self._shapes: dict[tuple, ExpectedShapes | None] = {}    # _expected_shapes' memo
-        self._outputs: dict[tuple, OutputSpecs] = {}            # _alloc_outputs' memo
+        self._shapes: dict[tuple, ShapePlan | None] = {}         # _shape_plan's memo
+        self._layouts: dict[str, _OpLayout] = {}                 # _call_info's, per op
         self._disabled: set[str] = set()
         self._counts: Counter[TraceKey] = Counter()
         self._by_candidate: Counter[tuple[str, str]] = Counter()   # (op, candidate) -> kernel calls
@@ -319,20 +320,20 @@ class Registry:
             **static: str) -> dict[str, torch.Tensor]:
         """Outputs of `op` on `inputs` (STATE tensors included under their input names).
         `static` names the op's static key beyond TP (e.g. shape="kda_in_proj")."""
-        defn, entry, info, point, reason = self._route(op, inputs, tp, static)
+        defn, entry, info, where, reason = self._route(op, inputs, tp, static)
         if reason is not None:
             return self._fallback(defn, op, inputs, reason)
-        return self._launch(defn, op, entry, info, point, inputs, site)
+        return self._launch(defn, op, entry, info, where, inputs, site)
 
     def run_selected(self, op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, site: str = "",
                      **static: str) -> dict[str, torch.Tensor] | None:
         """`run(...)` where it would call op's kernel (`selects_kernel`), else None with nothing
         run or counted: the decoder calls a fused op (gemm_situ_and_mul) this way and runs the pair
         of ops it replaces when it gets None, routing the call once."""
-        defn, entry, info, point, reason = self._route(op, inputs, tp, static)
+        defn, entry, info, where, reason = self._route(op, inputs, tp, static)
         if reason is not None or self._failed_before(entry, info):
             return None
-        return self._launch(defn, op, entry, info, point, inputs, site)
+        return self._launch(defn, op, entry, info, where, inputs, site)
 
     def selects_kernel(self, op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, **static: str) -> bool:
         """Whether `run(op, inputs, tp=tp, **static)` would call op's kernel: one is registered, not
@@ -342,9 +343,9 @@ class Registry:
         return reason is None and not self._failed_before(entry, info)
 
     def _route(self, op: str, inputs: Mapping[str, torch.Tensor], tp: int, static: Mapping[str, str]):
-        """(definition, entry, call info, point, reason): reason None when one of op's kernels is
-        registered, enabled and the call lies inside its scope (the most specific such entry),
-        else why the call falls back (the broadest entry's reason)."""
+        """(definition, entry, call info, (shape plan, point), reason): reason None when one of
+        op's kernels is registered, enabled and the call lies inside its scope (the most specific
+        such entry), else why the call falls back (the broadest entry's reason)."""
         import reference_impls  # noqa: PLC0415 - reference_impls imports harness.opdef
 
         defn = reference_impls.get(op)
@@ -353,23 +354,26 @@ class Registry:
             return defn, None, None, None, Reason.NO_KERNEL
         if self.is_disabled(op):
             return defn, entries[-1], None, None, Reason.DISABLED
-        info = _call_info(defn, inputs, tp, static)
+        layout = self._layouts.get(op)
+        if layout is None:
+            layout = self._layouts[op] = _OpLayout.of(defn)
+        info = _call_info(layout, inputs, tp, static)
         reason = Reason.NO_KERNEL
         for entry in entries:
-            reason, point = _scope_check(defn, entry.scope, info, inputs, self._check_shapes, self._shapes)
+            reason, where = _scope_check(defn, entry.scope, info, inputs, self._check_shapes, self._shapes)
             if reason is None:
-                return defn, entry, info, point, None
+                return defn, entry, info, where, None
         return defn, entries[-1], info, None, reason
 
     @staticmethod
     def _failed_before(entry: KernelEntry, info: CallInfo) -> bool:
         return isinstance(entry._compiled.get((info.arch, info.tp, info.static)), BaseException)
 
-    def _launch(self, defn, op: str, entry: KernelEntry, info: CallInfo, point, inputs: Mapping[str, torch.Tensor],
-                site: str) -> dict[str, torch.Tensor]:
+    def _launch(self, defn, op: str, entry: KernelEntry, info: CallInfo, where: tuple[ShapePlan, Any],
+                inputs: Mapping[str, torch.Tensor], site: str) -> dict[str, torch.Tensor]:
         try:
             fn = self._compiled(entry, info)
-            outs = (_alloc_outputs(defn, inputs, point, self._outputs) if self._check_shapes
+            outs = (_alloc_outputs(defn, inputs, *where) if self._check_shapes
                     else _alloc_like_reference(defn, inputs))
             fn(**inputs, **outs)
         except Exception as exc:  # a broken kernel must never take the decode path down
@@ -401,41 +405,67 @@ class Registry:
         return got
 
 
-def _call_info(defn, inputs: Mapping[str, torch.Tensor], tp: int, static: Mapping[str, str]) -> CallInfo:
-    from harness.opdef import Role  # noqa: PLC0415
+@dataclass(frozen=True)
+class _OpLayout:
+    """Where the registry reads an op's call keys, worked out once per op from its definition
+    (`Registry._layouts`): the inputs that carry the batch dim (and its axis), the activations
+    and the STATE inputs (the one named "state" first), each in the definition's order."""
 
-    batch, dtype, state_dtype = 0, "", ""
-    for spec in defn.inputs:
-        t = inputs.get(spec.name)
-        if t is None:
-            continue
-        if not batch and "B" in spec.shape:
-            batch = int(t.shape[spec.shape.index("B")])
-        if not dtype and spec.role is Role.ACTIVATION:
-            dtype = _DTYPE_NAMES.get(t.dtype, str(t.dtype))
-        if spec.role is Role.STATE and (spec.name == "state" or not state_dtype):
-            state_dtype = _DTYPE_NAMES.get(t.dtype, str(t.dtype))
-    st = dict(static)
-    if len(defn.state_dtypes) > 1 and state_dtype:
-        st.setdefault("state_dtype", state_dtype)
+    batch_axes: tuple[tuple[str, int], ...]
+    activations: tuple[str, ...]
+    states: tuple[str, ...]
+    many_state_dtypes: bool
+
+    @classmethod
+    def of(cls, defn) -> "_OpLayout":
+        from harness.opdef import Role  # noqa: PLC0415
+
+        states = [s.name for s in defn.inputs if s.role is Role.STATE]
+        if "state" in states:
+            states.remove("state")
+            states.insert(0, "state")
+        return cls(batch_axes=tuple((s.name, s.shape.index("B")) for s in defn.inputs if "B" in s.shape),
+                   activations=tuple(s.name for s in defn.inputs if s.role is Role.ACTIVATION),
+                   states=tuple(states), many_state_dtypes=len(defn.state_dtypes) > 1)
+
+
+def _first_present(inputs: Mapping[str, torch.Tensor], names: tuple[str, ...]) -> torch.Tensor | None:
+    for name in names:
+        t = inputs.get(name)
+        if t is not None:
+            return t
+    return None
+
+
+def _call_info(layout: _OpLayout, inputs: Mapping[str, torch.Tensor], tp: int,
+               static: Mapping[str, str]) -> CallInfo:
+    """The call's keys: batch from the first present input with a nonzero B dim, dtype from the first
+    present activation, state dtype from "state" or else the first present STATE input."""
+    batch = 0
+    for name, axis in layout.batch_axes:
+        t = inputs.get(name)
+        if t is not None:
+            batch = int(t.shape[axis])
+            if batch:
+                break
+    act, state = _first_present(inputs, layout.activations), _first_present(inputs, layout.states)
+    dtype = _DTYPE_NAMES.get(act.dtype, str(act.dtype)) if act is not None else ""
+    state_dtype = _DTYPE_NAMES.get(state.dtype, str(state.dtype)) if state is not None else ""
+    st = tuple(sorted(static.items()))
+    if layout.many_state_dtypes and state_dtype and "state_dtype" not in static:
+        st = tuple(sorted((*st, ("state_dtype", state_dtype))))
     device = next(iter(inputs.values())).device
-    return CallInfo(device_arch(device), tp, batch, dtype, state_dtype, tuple(sorted(st.items())))
+    return CallInfo(device_arch(device), tp, batch, dtype, state_dtype, st)
 
 
 OutputSpecs = tuple[tuple[str, tuple[int, ...], torch.dtype], ...]
 
 
-def _alloc_outputs(defn, inputs: Mapping[str, torch.Tensor], point,
-                   memo: dict[tuple, OutputSpecs]) -> dict[str, torch.Tensor]:
-    """Output buffers sized from the call's own tensors (dims bound by the inputs), the
-    definition's dims for the rest (e.g. top-k K). Their shapes are memoised in `memo` per op and
-    point for an op without a context axis: there the checked inputs' shapes are the point's."""
-    key = (defn.name, point)
-    specs = memo.get(key)
-    if specs is None:
-        specs = _output_specs(defn, inputs, point)
-        if not defn.uses_context:
-            memo[key] = specs
+def _alloc_outputs(defn, inputs: Mapping[str, torch.Tensor], plan: ShapePlan, point) -> dict[str, torch.Tensor]:
+    """Output buffers: the plan's shapes when no output follows the context (worked out once per
+    plan), else sized from the call's own tensors (dims bound by the inputs) and the definition's
+    dims for the rest (e.g. top-k K)."""
+    specs = plan.output_specs if plan.output_specs is not None else _output_specs(defn, inputs, point)
     device = next(iter(inputs.values())).device
     return {name: torch.empty(shape, dtype=dtype, device=device) for name, shape, dtype in specs}
 
@@ -459,62 +489,80 @@ def _alloc_like_reference(defn, inputs: Mapping[str, torch.Tensor]) -> dict[str,
     return {s.name: torch.empty_like(ref[s.name]) for s in defn.outputs if s.role is not Role.STATE}
 
 
-ExpectedShapes = tuple[dict[str, Any], dict[str, tuple[int, ...]], dict[str, tuple[int, ...]]]
+@dataclass(frozen=True)
+class ShapePlan:
+    """What a call at one (op, batch, TP, shape, state dtype) must look like: its inputs' shapes
+    at context 1 with the axes that follow the context (those that differ at context 2), the
+    input and axis to read the context length from (None for an op without one), the point, and
+    the output buffers' shapes and dtypes when none follows the context (as they do not for any op
+    of the catalogue: mla_decode's outputs are per token and head)."""
+
+    checks: tuple[tuple[str, tuple[int, ...], frozenset[int]], ...]
+    context_at: tuple[str, int] | None
+    point: Any                                     # harness.opdef.Point at context 1
+    output_specs: OutputSpecs | None               # None when an output's shape follows the context
+
+    def match(self, inputs: Mapping[str, torch.Tensor]) -> Any:
+        """The call's point when every input has its shape (context axes free), else None."""
+        for name, want, free in self.checks:
+            t = inputs.get(name)
+            if t is None:
+                return None
+            got = t.shape
+            if not free:
+                if got != want:                    # torch.Size is a tuple: one C comparison
+                    return None
+            elif len(got) != len(want) or any(g != w for i, (g, w) in enumerate(zip(got, want)) if i not in free):
+                return None
+        if self.context_at is None:
+            return self.point
+        name, axis = self.context_at
+        return dataclasses.replace(self.point, context=max(int(inputs[name].shape[axis]), 1))
 
 
-def _expected_shapes(defn, info: CallInfo, shape_name: str,
-                     memo: dict[tuple, ExpectedShapes | None]) -> ExpectedShapes | None:
-    """(the point's fields but context, the op's tensor shapes at context 1, at context 2) for the
-    call's batch, TP, shape and state dtype, or None when the op defines no such point. Memoised
-    in `memo` (the registry's, per op and those four): the same few points recur every step."""
-    from harness.opdef import Point  # noqa: PLC0415
+def _shape_plan(defn, info: CallInfo, shape_name: str, memo: dict[tuple, ShapePlan | None]) -> ShapePlan | None:
+    """The ShapePlan for the call's batch, TP, shape and state dtype, or None when the op defines
+    no such point. Memoised in `memo` (the registry's, per op and those four): the same few points
+    recur every step."""
+    from harness.opdef import DTYPES, Point, Role  # noqa: PLC0415
 
     key = (defn.name, info.batch, info.tp, shape_name, info.state_dtype)
     if key not in memo:
         try:
             kw = dict(batch=info.batch, tp=info.tp, shape=shape_name,
                       state_dtype=info.state_dtype if info.state_dtype in defn.state_dtypes else defn.state_dtypes[0])
-            memo[key] = (kw, defn.shapes(Point(context=1, **kw)), defn.shapes(Point(context=2, **kw)))
+            s1, s2 = defn.shapes(Point(context=1, **kw)), defn.shapes(Point(context=2, **kw))
+            checks, context_at = [], None
+            for spec in defn.inputs:
+                want, alt = tuple(s1[spec.name]), tuple(s2[spec.name])
+                free = frozenset(i for i, (a, b) in enumerate(zip(want, alt)) if a != b)
+                if free and context_at is None:
+                    context_at = (spec.name, min(free))
+                checks.append((spec.name, want, free))
+            outputs = [s for s in defn.outputs if s.role is not Role.STATE]
+            output_specs = (tuple((s.name, tuple(s1[s.name]), DTYPES[s.dtype]) for s in outputs)
+                            if all(s1[s.name] == s2[s.name] for s in outputs) else None)
+            memo[key] = ShapePlan(tuple(checks), context_at, Point(context=1, **kw), output_specs)
         except Exception:
             memo[key] = None
     return memo[key]
 
 
 def _scope_check(defn, scope: KernelScope, info: CallInfo, inputs: Mapping[str, torch.Tensor],
-                 check_shapes: bool, memo: dict[tuple, ExpectedShapes | None]):
-    """(None, point) when the call is inside `scope`, else (reason, None)."""
-    from harness.opdef import Point  # noqa: PLC0415
-
+                 check_shapes: bool, memo: dict[tuple, ShapePlan | None]):
+    """(None, (shape plan, point)) when the call is inside `scope`, else (reason, None)."""
     shape_name = dict(info.static).get("shape", "")
     outside = scope.admits(info.arch, info.tp, info.batch, info.dtype, info.state_dtype, shape_name)
     if outside is not None:
         return outside, None
     # The tensors must have the op's true per-rank shapes (a tiny test model never does).
-    expected = _expected_shapes(defn, info, shape_name, memo)
-    if expected is None:
+    plan = _shape_plan(defn, info, shape_name, memo)
+    if plan is None:
         return Reason.SHAPE, None
-    kw, s1, s2 = expected
     if not check_shapes:
-        return None, Point(context=1, **kw)
-    for spec in defn.inputs:
-        t = inputs.get(spec.name)
-        if t is None:
-            return Reason.SHAPE, None
-        want, alt = s1[spec.name], s2[spec.name]
-        got = tuple(t.shape)
-        if len(got) != len(want) or any(g != w for g, w, a in zip(got, want, alt) if w == a):
-            return Reason.SHAPE, None
-    context = _context_of(defn, inputs, s1, s2)
-    return None, Point(context=max(context, 1), **kw)
-
-
-def _context_of(defn, inputs, s1, s2) -> int:
-    """The context length L of the call: the dim that changes between context 1 and 2."""
-    for spec in defn.inputs:
-        for i, (a, b) in enumerate(zip(s1[spec.name], s2[spec.name])):
-            if a != b:
-                return int(inputs[spec.name].shape[i])
-    return 0
+        return None, (plan, plan.point)
+    point = plan.match(inputs)
+    return (None, (plan, point)) if point is not None else (Reason.SHAPE, None)
 
 
 # ---- the process-wide registry the decoder uses -------------------------------------

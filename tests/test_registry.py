@@ -156,9 +156,9 @@ def test_a_call_neither_reorders_the_entries_nor_reparses_the_kill_switch(monkey
 
 
 def test_shapes_are_worked_out_once_per_point_and_still_checked_on_every_call(monkeypatch) -> None:
-    """The expected input shapes and the output buffers' shapes are memoised per op and point, the
-    tensors themselves checked against them on every call: a wrong shape after a right one at the
-    same point still falls back."""
+    """The expected input shapes and the output buffers' shapes are worked out once per op and point
+    (one ShapePlan), the tensors themselves checked against them on every call: a wrong shape after
+    a right one at the same point still falls back."""
     from harness.opdef import OpDefinition
 
     shapes_calls, specs_calls = [], []
@@ -170,31 +170,56 @@ def test_shapes_are_worked_out_once_per_point_and_still_checked_on_every_call(mo
     for _ in range(4):
         out = reg.run(OP, _inputs(2), tp=8)
         assert out["topk_weights"].shape == (2, 16) and out["topk_ids"].dtype == torch.int32
-    assert k.calls == 4 and len(shapes_calls) == 2 and len(specs_calls) == 1    # contexts 1 and 2, once
+    assert k.calls == 4 and len(shapes_calls) == 2 and not specs_calls    # contexts 1 and 2, once
     bad = _inputs(2)
     bad["x"] = bad["x"][:, :1024].contiguous()
     bad["router_weight"] = bad["router_weight"][:, :1024].contiguous()
     reg.run(OP, bad, tp=8)
-    reg.run(OP, _inputs(4), tp=8)                                     # another point: worked out anew
-    assert k.calls == 5 and len(shapes_calls) == 4 and len(specs_calls) == 2
-    assert reg.counters() == {_key(Outcome.KERNEL, Reason.IN_SCOPE): 5, _key(Outcome.FALLBACK, Reason.SHAPE): 1}
+    short = _inputs(2)
+    short["e_score_bias"] = short["e_score_bias"][None]                # one dim too many
+    reg.run(OP, short, tp=8)
+    out = reg.run(OP, _inputs(4), tp=8)                                # another point: worked out anew
+    assert out["topk_weights"].shape == (4, 16)
+    assert k.calls == 5 and len(shapes_calls) == 4 and len(reg._shapes) == 2
+    assert reg.counters() == {_key(Outcome.KERNEL, Reason.IN_SCOPE): 5, _key(Outcome.FALLBACK, Reason.SHAPE): 2}
 
 
-def test_an_op_with_a_context_axis_sizes_its_outputs_per_call() -> None:
-    """mla_decode's tensors grow with the context: its output shapes are not memoised per point
-    (the memo would grow by one entry a decode step), and each call's buffers fit its own context."""
-    defn = reference_impls.get("mla_decode")
+def _output_shapes_seen(defn, reg: Registry, contexts) -> list[dict[str, tuple[int, ...]]]:
+    """The output buffers' shapes a kernel registered for `defn` at TP8 B=2 is handed, per context."""
     seen = []
 
     def kernel(**t):
         seen.append({n: tuple(v.shape) for n, v in t.items() if defn.spec(n).role.name == "OUTPUT"})
-    reg = Registry()
-    reg.register("mla_decode", KernelScope(archs=("cpu",), tp=(8,), batch=(1, 4), dtypes=("bf16",)), kernel)
-    for ctx in (100, 101):
+    reg.register(defn.name, KernelScope(archs=("cpu",), tp=(8,), batch=(1, 4), dtypes=("bf16",)), kernel)
+    for ctx in contexts:
         inp = defn.make_inputs(Point(batch=2, context=ctx), torch.Generator().manual_seed(ctx), "cpu")
-        reg.run("mla_decode", inp, tp=8)
-    want = [{n: s for n, s in defn.shapes(Point(batch=2, context=c)).items() if n in seen[0]} for c in (100, 101)]
-    assert seen == want and reg._outputs == {}
+        reg.run(defn.name, inp, tp=8)
+    return seen
+
+
+def test_an_op_with_a_context_axis_gets_one_plan_and_its_outputs_fit_each_call() -> None:
+    """mla_decode's inputs grow with the context, its outputs do not: one ShapePlan serves every
+    context (the memo does not grow by an entry a decode step), and every call's buffers fit."""
+    defn, reg = reference_impls.get("mla_decode"), Registry()
+    seen = _output_shapes_seen(defn, reg, (100, 101, 4096))
+    want = [{n: s for n, s in defn.shapes(Point(batch=2, context=c)).items() if n in seen[0]} for c in (100, 101, 4096)]
+    assert seen == want and len(reg._shapes) == 1
+    assert reg.counters() == {TraceKey("mla_decode", Outcome.KERNEL, Reason.IN_SCOPE): 3}
+
+
+def test_an_output_that_follows_the_context_is_sized_per_call(monkeypatch) -> None:
+    """No op of the catalogue has one, but an output whose shape follows the context is sized from
+    each call's tensors, not from the plan's context-1 point."""
+    import dataclasses
+
+    from harness.opdef import Role, TensorSpec
+
+    base = reference_impls.get("mla_decode")
+    grown = dataclasses.replace(base, outputs=base.outputs + (TensorSpec("probs", ("B", "L"), "fp32", Role.OUTPUT),))
+    monkeypatch.setattr(reference_impls, "get", lambda op: grown if op == "mla_decode" else base)
+    seen = _output_shapes_seen(grown, Registry(), (100, 101))
+    assert [s["probs"] for s in seen] == [(2, 100), (2, 101)]
+    assert [s["lat"] for s in seen] == [grown.shapes(Point(batch=2, context=100))["lat"]] * 2
 
 
 def test_disable_refuses_a_name_that_is_no_op() -> None:
