@@ -358,9 +358,10 @@ class Registry:
         if layout is None:
             layout = self._layouts[op] = _OpLayout.of(defn)
         info = _call_info(layout, inputs, tp, static)
+        shape_name = static.get("shape", "")
         reason = Reason.NO_KERNEL
         for entry in entries:
-            reason, where = _scope_check(defn, entry.scope, info, inputs, self._check_shapes, self._shapes)
+            reason, where = _scope_check(defn, entry.scope, info, shape_name, inputs, self._check_shapes, self._shapes)
             if reason is None:
                 return defn, entry, info, where, None
         return defn, entries[-1], info, None, reason
@@ -380,9 +381,7 @@ class Registry:
             self._errors[op] = f"{site or op}: {type(exc).__name__}: {exc}"
             return self._fallback(defn, op, inputs, Reason.ERROR)
         self._count(op, Outcome.KERNEL, Reason.IN_SCOPE, entry.candidate)
-        from harness.opdef import Role  # noqa: PLC0415
-
-        outs.update({s.name: inputs[s.name] for s in defn.inputs if s.role is Role.STATE})
+        outs.update({name: inputs[name] for name in self._layouts[op].states})
         return outs
 
     def _fallback(self, defn, op: str, inputs: Mapping[str, torch.Tensor], reason: Reason):
@@ -409,7 +408,7 @@ class Registry:
 class _OpLayout:
     """Where the registry reads an op's call keys, worked out once per op from its definition
     (`Registry._layouts`): the inputs that carry the batch dim (and its axis), the activations
-    and the STATE inputs (the one named "state" first), each in the definition's order."""
+    and the STATE inputs (handed back with the outputs), each in the definition's order."""
 
     batch_axes: tuple[tuple[str, int], ...]
     activations: tuple[str, ...]
@@ -420,13 +419,10 @@ class _OpLayout:
     def of(cls, defn) -> "_OpLayout":
         from harness.opdef import Role  # noqa: PLC0415
 
-        states = [s.name for s in defn.inputs if s.role is Role.STATE]
-        if "state" in states:
-            states.remove("state")
-            states.insert(0, "state")
         return cls(batch_axes=tuple((s.name, s.shape.index("B")) for s in defn.inputs if "B" in s.shape),
                    activations=tuple(s.name for s in defn.inputs if s.role is Role.ACTIVATION),
-                   states=tuple(states), many_state_dtypes=len(defn.state_dtypes) > 1)
+                   states=tuple(s.name for s in defn.inputs if s.role is Role.STATE),
+                   many_state_dtypes=len(defn.state_dtypes) > 1)
 
 
 def _first_present(inputs: Mapping[str, torch.Tensor], names: tuple[str, ...]) -> torch.Tensor | None:
@@ -448,7 +444,9 @@ def _call_info(layout: _OpLayout, inputs: Mapping[str, torch.Tensor], tp: int,
             batch = int(t.shape[axis])
             if batch:
                 break
-    act, state = _first_present(inputs, layout.activations), _first_present(inputs, layout.states)
+    act = _first_present(inputs, layout.activations)
+    state = inputs.get("state") if "state" in layout.states else None
+    state = state if state is not None else _first_present(inputs, layout.states)
     dtype = _DTYPE_NAMES.get(act.dtype, str(act.dtype)) if act is not None else ""
     state_dtype = _DTYPE_NAMES.get(state.dtype, str(state.dtype)) if state is not None else ""
     st = tuple(sorted(static.items()))
@@ -548,10 +546,9 @@ def _shape_plan(defn, info: CallInfo, shape_name: str, memo: dict[tuple, ShapePl
     return memo[key]
 
 
-def _scope_check(defn, scope: KernelScope, info: CallInfo, inputs: Mapping[str, torch.Tensor],
+def _scope_check(defn, scope: KernelScope, info: CallInfo, shape_name: str, inputs: Mapping[str, torch.Tensor],
                  check_shapes: bool, memo: dict[tuple, ShapePlan | None]):
     """(None, (shape plan, point)) when the call is inside `scope`, else (reason, None)."""
-    shape_name = dict(info.static).get("shape", "")
     outside = scope.admits(info.arch, info.tp, info.batch, info.dtype, info.state_dtype, shape_name)
     if outside is not None:
         return outside, None

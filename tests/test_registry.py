@@ -281,3 +281,19 @@ def test_missing_toolchain_is_an_error_fallback_not_a_crash(tmp_path):
 def test_counter_rows_round_trip():
     counts = {_key(Outcome.KERNEL, Reason.IN_SCOPE): 3, _key(Outcome.FALLBACK, Reason.BATCH): 1}
     assert reg_mod.rows_to_counters(json.loads(json.dumps(reg_mod.counter_rows(counts)))) == counts
+
+
+def test_the_state_dtype_is_read_off_the_state_and_routes_the_call() -> None:
+    """kda_decode holds fp32 or bf16 state: the call's state dtype is its `state` tensor's, a kernel
+    scoped to bf16 state runs only on those calls (the others fall back with reason dtype), and the
+    state comes back with the outputs."""
+    defn, reg, calls = reference_impls.get("kda_decode"), Registry(), []
+    reg.register("kda_decode", KernelScope(archs=("cpu",), tp=(8,), batch=(1, 4), dtypes=("bf16",),
+                                           state_dtypes=("bf16",)), lambda **t: calls.append(t["state"].dtype))
+    inputs = {sd: defn.make_inputs(Point(batch=2, state_dtype=sd), torch.Generator().manual_seed(0), "cpu")
+              for sd in ("bf16", "fp32")}
+    out = reg.run("kda_decode", inputs["bf16"], tp=8)
+    reg.run("kda_decode", inputs["fp32"], tp=8)
+    assert calls == [torch.bfloat16] and out["state"] is inputs["bf16"]["state"]
+    assert reg.counters() == {TraceKey("kda_decode", Outcome.KERNEL, Reason.IN_SCOPE): 1,
+                              TraceKey("kda_decode", Outcome.FALLBACK, Reason.DTYPE): 1}
