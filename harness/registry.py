@@ -527,9 +527,9 @@ def _shape_plan(defn, info: CallInfo, shape_name: str, memo: dict[tuple, ShapePl
     key = (defn.name, info.batch, info.tp, shape_name, info.state_dtype)
     if key not in memo:
         try:
-            kw = dict(batch=info.batch, tp=info.tp, shape=shape_name,
-                      state_dtype=info.state_dtype if info.state_dtype in defn.state_dtypes else defn.state_dtypes[0])
-            s1, s2 = defn.shapes(Point(context=1, **kw)), defn.shapes(Point(context=2, **kw))
+            at_1 = Point(batch=info.batch, tp=info.tp, context=1, shape=shape_name,
+                         state_dtype=info.state_dtype if info.state_dtype in defn.state_dtypes else defn.state_dtypes[0])
+            s1, s2 = defn.shapes(at_1), defn.shapes(dataclasses.replace(at_1, context=2))
             checks, context_at = [], None
             for spec in defn.inputs:
                 want, alt = tuple(s1[spec.name]), tuple(s2[spec.name])
@@ -540,7 +540,7 @@ def _shape_plan(defn, info: CallInfo, shape_name: str, memo: dict[tuple, ShapePl
             outputs = [s for s in defn.outputs if s.role is not Role.STATE]
             output_specs = (tuple((s.name, tuple(s1[s.name]), DTYPES[s.dtype]) for s in outputs)
                             if all(s1[s.name] == s2[s.name] for s in outputs) else None)
-            memo[key] = ShapePlan(tuple(checks), context_at, Point(context=1, **kw), output_specs)
+            memo[key] = ShapePlan(tuple(checks), context_at, at_1, output_specs)
         except Exception:
             memo[key] = None
     return memo[key]
