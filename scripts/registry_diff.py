@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         import harness.registry
 
         for mod in (reference_impls, harness.registry):
-            if args.root.resolve() not in Path(mod.__file__).resolve().parents:
+            if mod.__file__ is None or args.root.resolve() not in Path(mod.__file__).resolve().parents:
                 raise SystemExit(f"registry_diff: imported {mod.__name__} from {mod.__file__}, not from {args.root}")
         args.record_into.write_text(json.dumps(record(ops, args.points), default=str))
         return 0
