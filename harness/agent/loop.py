@@ -117,6 +117,8 @@ class Optimizer:
                        gpu_available=self.stages.has_gpu)
         else:
             self._emit(EventKind.RUN_RESUMED, "run resumed", rounds_finished=sorted(self.state.rounds_finished))
+            if self.stages.has_gpu:
+                self._measure_deferred()
         for r in range(1, self.cfg.rounds + 1):
             if r in self.state.rounds_finished:
                 continue
@@ -272,6 +274,33 @@ class Optimizer:
                 self._emit(EventKind.STAGE, "", id=cid, stage="score",
                            result={"score": score, "kind": kind.value if kind else None})
 
+    def _measure_deferred(self) -> None:
+        """On a machine with a GPU, evaluate the drafts that a run without one compiled for every
+        arch but could not check or time (`deferred`), and score them again by measured time:
+        drafting and compiling can happen on any machine, GPU time goes to measuring alone. The
+        new evaluate and score events replace the old ones on replay; the run then comes to its
+        end again (`_finish`), so its best draft and its gates are decided on measured times."""
+        from ..toolchain.candidate import load_candidate
+
+        ids = self.state.deferred()
+        if not ids:
+            return
+        self.listener(f"measuring {len(ids)} drafts compiled without a GPU: {', '.join(ids)}", self.state)
+        for n, cid in enumerate(ids):
+            if self.budget.time_up():
+                left = ids[n:]
+                self._emit(EventKind.STOPPED, f"stopped: {StopReason.TIME.value}; not measured: {', '.join(left)} "
+                           f"(harness optimize --op {self.cfg.op} --resume {self.log.folder.name})",
+                           reason=StopReason.TIME.value, not_evaluated=left)
+                return
+            info = self.stages.evaluate(load_candidate(self.cfg.op, cid))
+            self._emit(EventKind.STAGE, f"{cid}: evaluate {info.verdict}", id=cid, stage="evaluate", result=asdict(info))
+            score, kind = self._score(self.state.records[cid])
+            self._emit(EventKind.STAGE, "", id=cid, stage="score", result={"score": score, "kind": kind.value if kind else None})
+
+    def _resume_command(self) -> str:
+        return f"`harness optimize --op {self.cfg.op} --resume {self.log.folder.name}`"
+
     def compile_workers(self) -> int:
         """Compiles the stage runs at once: --config's compile_workers, else the toolchain's
         default (HARNESS_COMPILE_JOBS, or one per core up to 8)."""
@@ -306,6 +335,8 @@ class Optimizer:
             if best is None:
                 why = ("no candidate was verified on a GPU (GPU stages not run on this machine)"
                        if not self.stages.has_gpu else "no candidate passed evaluation")
+                if (n := len(self.state.deferred())) and not self.stages.has_gpu:
+                    why += f"; on a machine with a GPU, {self._resume_command()} measures the {n} compiled drafts"
                 self._emit(EventKind.GATES, f"gates not run: {why}", candidate=None, ran=False, reason=why)
             elif not self.cfg.run_gates:
                 self._emit(EventKind.GATES, "gates skipped", candidate=best.id, ran=False, reason="disabled")
@@ -398,6 +429,8 @@ class Optimizer:
             "cost_usd": round(st.cost_usd, 4), "stopped": st.stopped,
             # compiled for every arch, never checked on the GPU (a --time-limit stop): --resume runs them
             "not_evaluated": st.unscored(),
+            # compiled for every arch on a machine without a GPU: --resume on one measures them
+            "not_measured": st.deferred(),
             "gates": st.gates, "promoted": st.promoted,
             "candidates_table": [
                 {"id": r.id, "round": r.round, "slot": r.slot, "author": r.author, "summary": r.summary(),
