@@ -255,9 +255,9 @@ class Optimizer:
             futs = {pool.submit(self.stages.compile, cands[cid], a): (cid, a) for cid, a in jobs}
             for fut in futs:
                 cid, a = futs[fut]
-                info = fut.result()
-                self._emit(EventKind.STAGE, f"{cid}: compile {a} {info.status.value}", id=cid, stage="compile",
-                           result=asdict(info))
+                built = fut.result()
+                self._emit(EventKind.STAGE, f"{cid}: compile {a} {built.status.value}", id=cid, stage="compile",
+                           result=asdict(built))
         for cid in ids:
             rec = self.state.records[cid]
             if not self.state.has_stage(cid, "evaluate"):
@@ -453,7 +453,9 @@ def promoted_proposal(op: str, families) -> tuple[Any, str] | None:
 
     inc = promoted_candidate(op)
     tpl = inc.provenance.template if inc is not None else None
-    fam = next((f for f in families if tpl and f.name == tpl.get("family")), None)
+    if inc is None or not tpl:
+        return None
+    fam = next((f for f in families if f.name == tpl.get("family")), None)
     if fam is None or not isinstance(tpl.get("params"), dict) or not fam.feasible(tpl["params"]):
         return None
     return Proposal(fam.name, dict(fam.complete(tpl["params"]))), inc.id
@@ -484,12 +486,12 @@ def _below_the_perf_bar(best: CandidateRecord) -> str | None:
     sweeps the whole scope, so this is the search's estimate; `harness gate` decides for real."""
     ev = best.evaluate
     g = ev.vs_promoted() if ev else None
-    if g is None:
+    if ev is None or g is None:
         return None
     bar = _perf_bar()
     if g >= bar:
         return None
-    if all(t.kernel_us > t.incumbent_us for t in ev.timings):
+    if all(t.kernel_us > (t.incumbent_us or 0.0) for t in ev.timings):     # vs_promoted: every point has one
         return (f"the best draft is slower than the promoted {ev.incumbent} at every search point "
                 f"({g:.2f}x its speed, geomean)")
     return (f"the best draft is {g:.3f}x the promoted {ev.incumbent} at the search points (geomean), "
