@@ -295,8 +295,8 @@ def register(app: typer.Typer) -> None:
         for g in pins:
             print(f"{g.gate:15} {g.code_sha256[:12]}  {len(g.files):3d} files")
             if files:
-                for f in g.files:
-                    print(f"    {f}")
+                for path in g.files:
+                    print(f"    {path}")
 
 
 def _head(root: Path) -> str:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -84,7 +84,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"--request-timeout must be positive (got {request_timeout_s:g})")
         if base_url is not None:
             _check_base_url(base_url)
-        overrides = {key: v for key, v in (("rounds", rounds), ("candidates_per_round", k), ("budget_usd", budget_usd),
+        overrides: dict[str, Any] = {key: v for key, v in (("rounds", rounds), ("candidates_per_round", k), ("budget_usd", budget_usd),
                                            ("max_tokens_total", max_tokens), ("time_limit_s", time_limit_s)) if v is not None}
         live = not json_out and sys.stderr.isatty()
         view = LiveView(f"optimize {op}") if live else None

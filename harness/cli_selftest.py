@@ -3,6 +3,7 @@ a hostile LLM server) and print the counts (harness/selftest/)."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -32,7 +33,7 @@ def register(app: typer.Typer) -> None:
             raise UserError(f"unknown section(s) {bad} (choose from {', '.join(SECTIONS)})")
         from .selftest.gpu import load_gpu_results
 
-        gres = load_gpu_results(gpu_results) if gpu_results else None
+        gres = load_gpu_results(Path(gpu_results)) if gpu_results else None
         if json_out or not sys.stderr.isatty():
             rep = run_selftest(quick=not report, only=sections, gpu_results=gres)
         else:

@@ -49,7 +49,7 @@ import json
 import lzma
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -350,8 +350,10 @@ def _work(op: str, p: Point) -> str:
     from harness.opdef import Point as OpPoint
 
     defn = reference_impls.get(op)
-    kw = {"state_dtype": p.state_dtype} if p.state_dtype else {}
-    return json.dumps([defn.shapes(OpPoint(batch=p.batch, tp=p.tp, shape=p.shape, **kw)), p.state_dtype],
+    point = OpPoint(batch=p.batch, tp=p.tp, shape=p.shape)
+    if p.state_dtype:
+        point = replace(point, state_dtype=p.state_dtype)
+    return json.dumps([defn.shapes(point), p.state_dtype],
                       sort_keys=True, default=str)
 
 

@@ -26,7 +26,7 @@ from harness.opdef import Point  # noqa: E402
 from harness.registry import KernelScope, Outcome, Registry  # noqa: E402
 
 # (op, point, static key): one call site per kind of op the decoder dispatches
-CASES = (
+CASES: tuple[tuple[str, Point, dict[str, str]], ...] = (
     ("moe_router", Point(batch=1), {}),
     ("mla_decode", Point(batch=4, context=1000), {}),
     ("kda_decode", Point(batch=4), {}),

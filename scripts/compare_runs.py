@@ -53,7 +53,8 @@ def compare(old: dict[str, Any], new: dict[str, Any]) -> list[Ratio]:
     for op in new["ops"]:
         if op not in old["ops"]:
             continue
-        before, ratios = _rows(old, op), {}
+        before = _rows(old, op)
+        ratios: dict[str, list[float]] = {}
         for k, row in _rows(new, op).items():
             prev = before.get(k)
             if prev is None:
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps({"bandwidth_bytes_per_s": bw, "ratios": [asdict(r) for r in ratios]}, indent=1))
         return 0
-    if all(bw):
+    if bw[0] and bw[1]:
         print(f"copy bandwidth {bw[0] / 1e12:.3f} -> {bw[1] / 1e12:.3f} TB/s")
     print(f"{'op':<20} {'column':<24} {'points':>6}  new/old median (min-max)")
     for r in ratios:

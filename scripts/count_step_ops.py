@@ -46,7 +46,8 @@ def count(preset: str, layers: int, batch: int, moe_form: str, seed: int = 1) ->
     with torch.no_grad():
         w = init_weights(cfg, seed, "cpu")
     reg = Registry(check_shapes=cfg.is_k3_rank)
-    site, counts = ["(decoder)"], collections.Counter()
+    site: list[str] = ["(decoder)"]
+    counts: collections.Counter[str] = collections.Counter()
     run = reg.run
 
     def run_counted(op, inputs, **kw):
@@ -55,7 +56,7 @@ def count(preset: str, layers: int, batch: int, moe_form: str, seed: int = 1) ->
             return run(op, inputs, **kw)
         finally:
             site[0] = outer
-    reg.run = run_counted
+    reg.run = run_counted  # type: ignore[method-assign]  # count each call under its calling op
     dec = K3Decoder(cfg, w, reg)
     cache = DecodeCache.allocate(cfg, batch, 64)
     tokens = torch.arange(batch, dtype=torch.int64) + 5

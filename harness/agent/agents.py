@@ -100,7 +100,7 @@ class LLMAgent:
             if ext.ok:
                 return Draft(round_no, slot, self.author, ext.code, h, parent.id if parent else None,
                              files=files)
-            last_err = f"{ext.problem.value}: {ext.detail}"
+            last_err = f"{ext.problem.value if ext.problem else 'malformed'}: {ext.detail}"
             self.log.append(EventKind.DRAFT_FAILED, round=round_no, slot=slot, attempt=attempt,
                             reason=last_err, final=False)
             messages = messages + [Message("assistant", comp.text), Message("user", malformed_prompt(ext.detail))]

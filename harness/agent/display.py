@@ -63,6 +63,11 @@ def print_summary(s: dict[str, Any]) -> None:
     if s.get("not_evaluated"):
         c.print(f"[yellow]not evaluated on the GPU: {', '.join(s['not_evaluated'])} "
                 f"(harness optimize --op {s['op']} --resume {s['run_id']})[/yellow]")
+    if s.get("not_measured") and not s["gpu_available"]:
+        n = len(s["not_measured"])
+        c.print(f"compiled, not measured (no GPU here): {n} draft{'s' if n != 1 else ''}; on a machine with a GPU, "
+                f"`harness optimize --op {s['op']} --resume {s['run_id']}` measures them (it needs runs/{s['run_id']} "
+                f"and the drafts' folders kernels_generated/{s['op']}/<id>/)", markup=False)
     t = Table(show_lines=False)
     for col in ("r", "s", "candidate", "author", "result", "score"):
         t.add_column(col)

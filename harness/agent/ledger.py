@@ -20,6 +20,7 @@ import enum
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import paths
 from ..errors import UserError
@@ -50,7 +51,7 @@ def ledger_path(op: str, root: Path | None = None) -> Path:
     return (root or paths.REPO_ROOT) / "prompts" / "kernels" / op / LEDGER_NAME
 
 
-def _read(path: Path) -> tuple[dict, list[Measured]]:
+def _read(path: Path) -> tuple[dict[str, Any], list[Measured]]:
     """The ledger file's JSON and its entries; UserError naming the file when malformed."""
     try:
         raw = json.loads(path.read_text())
@@ -94,7 +95,7 @@ def add_entry(op: str, entry: Measured, root: Path | None = None) -> int:
         raise UserError(f"ledger entry: --record {entry.record} is not a file under {base} "
                         "(commit the measurement first, then cite its repo-relative path)")
     path = ledger_path(op, root)
-    raw = _read(path)[0] if path.is_file() else {"doc": DEFAULT_DOC, "entries": []}
+    raw: dict[str, Any] = _read(path)[0] if path.is_file() else {"doc": DEFAULT_DOC, "entries": []}
     raw["entries"].append({"idea": entry.idea, "outcome": entry.outcome.value, "numbers": entry.numbers,
                            "record": entry.record})
     atomic_write_text(path, json.dumps(raw, indent=1) + "\n")

@@ -117,6 +117,8 @@ class Optimizer:
                        gpu_available=self.stages.has_gpu)
         else:
             self._emit(EventKind.RUN_RESUMED, "run resumed", rounds_finished=sorted(self.state.rounds_finished))
+            if self.stages.has_gpu:
+                self._measure_deferred()
         for r in range(1, self.cfg.rounds + 1):
             if r in self.state.rounds_finished:
                 continue
@@ -253,9 +255,9 @@ class Optimizer:
             futs = {pool.submit(self.stages.compile, cands[cid], a): (cid, a) for cid, a in jobs}
             for fut in futs:
                 cid, a = futs[fut]
-                info = fut.result()
-                self._emit(EventKind.STAGE, f"{cid}: compile {a} {info.status.value}", id=cid, stage="compile",
-                           result=asdict(info))
+                built = fut.result()
+                self._emit(EventKind.STAGE, f"{cid}: compile {a} {built.status.value}", id=cid, stage="compile",
+                           result=asdict(built))
         for cid in ids:
             rec = self.state.records[cid]
             if not self.state.has_stage(cid, "evaluate"):
@@ -271,6 +273,33 @@ class Optimizer:
                 score, kind = self._score(rec)
                 self._emit(EventKind.STAGE, "", id=cid, stage="score",
                            result={"score": score, "kind": kind.value if kind else None})
+
+    def _measure_deferred(self) -> None:
+        """On a machine with a GPU, evaluate the drafts that a run without one compiled for every
+        arch but could not check or time (`deferred`), and score them again by measured time:
+        drafting and compiling can happen on any machine, GPU time goes to measuring alone. The
+        new evaluate and score events replace the old ones on replay; the run then comes to its
+        end again (`_finish`), so its best draft and its gates are decided on measured times."""
+        from ..toolchain.candidate import load_candidate
+
+        ids = self.state.deferred()
+        if not ids:
+            return
+        self.listener(f"measuring {len(ids)} drafts compiled without a GPU: {', '.join(ids)}", self.state)
+        for n, cid in enumerate(ids):
+            if self.budget.time_up():
+                left = ids[n:]
+                self._emit(EventKind.STOPPED, f"stopped: {StopReason.TIME.value}; not measured: {', '.join(left)} "
+                           f"(harness optimize --op {self.cfg.op} --resume {self.log.folder.name})",
+                           reason=StopReason.TIME.value, not_evaluated=left)
+                return
+            info = self.stages.evaluate(load_candidate(self.cfg.op, cid))
+            self._emit(EventKind.STAGE, f"{cid}: evaluate {info.verdict}", id=cid, stage="evaluate", result=asdict(info))
+            score, kind = self._score(self.state.records[cid])
+            self._emit(EventKind.STAGE, "", id=cid, stage="score", result={"score": score, "kind": kind.value if kind else None})
+
+    def _resume_command(self) -> str:
+        return f"`harness optimize --op {self.cfg.op} --resume {self.log.folder.name}`"
 
     def compile_workers(self) -> int:
         """Compiles the stage runs at once: --config's compile_workers, else the toolchain's
@@ -306,6 +335,8 @@ class Optimizer:
             if best is None:
                 why = ("no candidate was verified on a GPU (GPU stages not run on this machine)"
                        if not self.stages.has_gpu else "no candidate passed evaluation")
+                if (n := len(self.state.deferred())) and not self.stages.has_gpu:
+                    why += f"; on a machine with a GPU, {self._resume_command()} measures the {n} compiled drafts"
                 self._emit(EventKind.GATES, f"gates not run: {why}", candidate=None, ran=False, reason=why)
             elif not self.cfg.run_gates:
                 self._emit(EventKind.GATES, "gates skipped", candidate=best.id, ran=False, reason="disabled")
@@ -398,6 +429,8 @@ class Optimizer:
             "cost_usd": round(st.cost_usd, 4), "stopped": st.stopped,
             # compiled for every arch, never checked on the GPU (a --time-limit stop): --resume runs them
             "not_evaluated": st.unscored(),
+            # compiled for every arch on a machine without a GPU: --resume on one measures them
+            "not_measured": st.deferred(),
             "gates": st.gates, "promoted": st.promoted,
             "candidates_table": [
                 {"id": r.id, "round": r.round, "slot": r.slot, "author": r.author, "summary": r.summary(),
@@ -420,7 +453,9 @@ def promoted_proposal(op: str, families) -> tuple[Any, str] | None:
 
     inc = promoted_candidate(op)
     tpl = inc.provenance.template if inc is not None else None
-    fam = next((f for f in families if tpl and f.name == tpl.get("family")), None)
+    if inc is None or not tpl:
+        return None
+    fam = next((f for f in families if f.name == tpl.get("family")), None)
     if fam is None or not isinstance(tpl.get("params"), dict) or not fam.feasible(tpl["params"]):
         return None
     return Proposal(fam.name, dict(fam.complete(tpl["params"]))), inc.id
@@ -451,12 +486,12 @@ def _below_the_perf_bar(best: CandidateRecord) -> str | None:
     sweeps the whole scope, so this is the search's estimate; `harness gate` decides for real."""
     ev = best.evaluate
     g = ev.vs_promoted() if ev else None
-    if g is None:
+    if ev is None or g is None:
         return None
     bar = _perf_bar()
     if g >= bar:
         return None
-    if all(t.kernel_us > t.incumbent_us for t in ev.timings):
+    if all(t.kernel_us > (t.incumbent_us or 0.0) for t in ev.timings):     # vs_promoted: every point has one
         return (f"the best draft is slower than the promoted {ev.incumbent} at every search point "
                 f"({g:.2f}x its speed, geomean)")
     return (f"the best draft is {g:.3f}x the promoted {ev.incumbent} at the search points (geomean), "

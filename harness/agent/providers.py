@@ -13,7 +13,7 @@ import os
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import NotRunnable, UserError
 from .budget import Budget, cost_usd
@@ -81,6 +81,8 @@ class Provider:
     """Base: `complete` runs `_request` under the retry policy and charges the budget."""
 
     label = "base"
+    _sdk: Any                             # the SDK module (openai, anthropic): its exception classes
+    _client: Any                          # the SDK client requests go through
 
     def __init__(self, model: str, policy: RetryPolicy, budget: Budget,
                  on_attempt: Callable[[dict], None] | None = None):

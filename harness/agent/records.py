@@ -95,10 +95,10 @@ class EvalInfo:
     def vs_promoted(self) -> float | None:
         """Geomean of promoted-kernel time / this kernel's time, when the promoted kernel was timed at
         every point; else None (no claim from part of the points)."""
-        ts = self.timings
-        if not ts or not all(t.incumbent_us for t in ts):
+        ratios = [t.incumbent_us / t.kernel_us for t in self.timings if t.incumbent_us]
+        if not ratios or len(ratios) < len(self.timings):
             return None
-        return math.exp(sum(math.log(t.incumbent_us / t.kernel_us) for t in ts) / len(ts))
+        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
 
 
 @dataclass

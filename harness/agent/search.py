@@ -87,17 +87,17 @@ class HalvingSearch:
                     take(Proposal(f.name, s))
         else:
             survivors = [known[key] for _, key in ranked[: max(1, math.ceil(len(ranked) / 2))]]
-            for s in survivors:                       # best survivor's neighbours first
-                for q in self.families[s.family].neighbours(s.params):
-                    take(Proposal(s.family, q))
+            for sv in survivors:                      # best survivor's neighbours first
+                for q in self.families[sv.family].neighbours(sv.params):
+                    take(Proposal(sv.family, q))
         rest = [p for p in self.space if p.key not in tried and p.key not in seen]
         for f in self.sampled:                        # spaces too large to list: draw untried points
             drawn: set[str] = set()
             for _ in range(SAMPLE_TRIES * max(0, k - len(picked))):
                 if len(drawn) >= k - len(picked):
                     break
-                if (q := f.sample(rng)) is not None:
-                    p = Proposal(f.name, q)
+                if (drawn_q := f.sample(rng)) is not None:
+                    p = Proposal(f.name, drawn_q)
                     if p.key not in tried and p.key not in seen and p.key not in drawn:
                         drawn.add(p.key)
                         rest.append(p)

@@ -105,6 +105,13 @@ class RunState:
             ids = [r.id for r in sorted(self.records.values(), key=lambda c: (c.round, c.slot))]
         return [cid for cid in ids if cid not in self.scored]
 
+    def deferred(self) -> list[str]:
+        """Drafts (in round and slot order) compiled for every arch whose GPU evaluation did not
+        run (a machine without a GPU): what `--resume` measures on a machine with one."""
+        recs = sorted(self.records.values(), key=lambda c: (c.round, c.slot))
+        return [r.id for r in recs if r.static_ok and r.compiled_everywhere and r.evaluate is not None
+                and r.evaluate.status is StageStatus.NOT_RUN]
+
     def round_ids(self, round_no: int) -> list[str]:
         ids = [d["id"] for (r, _), d in sorted(self.drafts.items()) if r == round_no]
         return list(dict.fromkeys(ids))

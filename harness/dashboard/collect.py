@@ -149,9 +149,9 @@ def _evidence(root: Path, cv: CandidateView) -> None:
                 latest[g.gate] = (*rank, gv)
     cv.evidence.sort(key=lambda e: e.created_utc or e.file, reverse=True)
     cv.gates = {g: (latest[g][2] if g in latest else GateView(g, Badge.MISSING)) for g in GATE_ORDER}
-    for g, (_, _, gv) in latest.items():
-        if g not in cv.gates:
-            cv.gates[g] = gv
+    for gate_name, (_, _, gate_view) in latest.items():
+        if gate_name not in cv.gates:
+            cv.gates[gate_name] = gate_view
     perf = cv.gates["perf_sweep"]
     if perf.badge is not Badge.MISSING:
         cv.sweep = extract.sweep_points(perf.numbers)

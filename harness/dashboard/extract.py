@@ -58,10 +58,10 @@ def sweep_points(numbers: dict[str, Any]) -> list[SweepPoint]:
             continue
         parsed.append((p, label, batch, tp, rest))
     # series: TP plus whichever other axes vary (routing profile, context, state dtype, shape)
-    varying = set()
+    varying: set[str] = set()
     if parsed:
-        rests = [set(r) for *_, r in parsed]
-        varying = set().union(*rests) - set.intersection(*rests)
+        rests: list[set[str]] = [set(r) for *_, r in parsed]
+        varying = set[str]().union(*rests) - rests[0].intersection(*rests[1:])
     out = []
     for p, label, batch, tp, rest in parsed:
         extra = [t for t in rest if t in varying]
@@ -125,7 +125,8 @@ def model_runs(numbers: dict[str, Any]) -> list[ModelRunView]:
         if not isinstance(r, dict):
             continue
         valid = r.get("valid")
-        noise = r.get("noise") if isinstance(r.get("noise"), dict) else {}
+        noise_raw = r.get("noise")
+        noise: dict[str, Any] = noise_raw if isinstance(noise_raw, dict) else {}
         out.append(ModelRunView(kind=str(r.get("kind", "?")), tokens=_int(r.get("tokens")), context=_int(r.get("context")),
                                 greedy_agreement=_num(r.get("greedy_agreement")),
                                 sampling_agreement=_num(r.get("sampling_agreement")), max_kl=_num(r.get("max_kl")),

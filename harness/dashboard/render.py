@@ -222,7 +222,7 @@ def render_site(data: SiteData, out_dir: Path, live: bool = False) -> BuildResul
 
 
 def _diffs(op: OpView, c: CandidateView) -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for what, other_id in (("parent", c.parent), ("incumbent", op.incumbent)):
         if not other_id or other_id == c.id:
             out.append({"what": what, "other": other_id, "html": None, "stat": None,

@@ -12,9 +12,11 @@ from markupsafe import Markup
 def highlight_python(source: str) -> Markup:
     """One <span class="ln"> per line, tokens wrapped in pygments' short CSS classes
     (styled by static/style.css); plain escaped text if pygments is unavailable."""
+    lines: list[str]
+    cur: list[str]
     try:
-        from pygments.lexers import PythonLexer
-        from pygments.token import STANDARD_TYPES
+        from pygments.lexers import PythonLexer  # type: ignore[import-untyped]
+        from pygments.token import STANDARD_TYPES  # type: ignore[import-untyped]
     except ImportError:
         lines = [escape(ln) for ln in source.split("\n")]
     else:
@@ -65,7 +67,7 @@ def unified_diff(old: str, new: str, old_name: str, new_name: str, context: int 
 def pygments_css() -> str:
     """The token colours (a light theme), generated here and shipped in style.css."""
     try:
-        from pygments.formatters import HtmlFormatter
+        from pygments.formatters import HtmlFormatter  # type: ignore[import-untyped]
     except ImportError:
         return ""
     return HtmlFormatter(style="default").get_style_defs(".code")

@@ -124,7 +124,7 @@ def run_cli_inputs(root: Path, workers: int = 2, timeout_s: float = 120.0, all_c
     todo = cases(root, all_cases)
     before = _snapshot(root)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        rows = list(pool.map(lambda c: run_one(*c, root=root, timeout_s=timeout_s), todo))
+        rows = list(pool.map(lambda c: run_one(c[0], c[1], c[2], root=root, timeout_s=timeout_s), todo))
     new = sorted(_snapshot(root) - before)
     for row in rows:
         row["files_left"] = new

@@ -117,7 +117,7 @@ def optimize_kills(n_kills: int, kills_per_run: int, seed: int, cfg: dict[str, A
     runs_dir = Path(os.environ["HARNESS_ROOT"]) / "runs"
     ref = inspect_run(runs_dir / "reference-warm")
     ref_keys = _keys(ref["events"])
-    out = {"kills": 0, "runs": 0, "lost": 0, "duplicated": 0, "unparsable": 0, "seq_errors": 0, "tmp_left": 0,
+    out: dict[str, Any] = {"kills": 0, "runs": 0, "lost": 0, "duplicated": 0, "unparsable": 0, "seq_errors": 0, "tmp_left": 0,
            "unfinished": 0, "reference_events": len(ref["events"]), "reference_run_s": warm_s,
            "cold_run_s": ref_s, "reference_exit": code, "kill_times_s": []}
     while out["kills"] < n_kills:

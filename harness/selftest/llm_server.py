@@ -86,7 +86,7 @@ class FaultyLLM:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        return f"http://{host!s}:{port}/v1"
 
     def __enter__(self) -> "FaultyLLM":
         self.thread.start()

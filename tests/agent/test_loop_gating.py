@@ -354,3 +354,86 @@ def test_the_time_limit_stops_gpu_evaluations_mid_round_and_resume_finishes_them
     assert {r.id for r in st2.ranked()} == set(ids)
     assert gated == [st2.ranked()[0].id] and st2.gates["ran"] is True
     assert json.loads((again.log.folder / "summary.json").read_text())["not_evaluated"] == []
+
+
+class TimedOnPaperStages(VerifiedOnPaperStages):
+    """A GPU machine (has_gpu) whose evaluate claims a verification with a time per candidate,
+    in the order the candidates are evaluated (the only double: no CUDA GPU here)."""
+
+    def __init__(self, kernel_us: list[float]) -> None:
+        super().__init__()
+        self.has_gpu = True
+        self.kernel_us = list(kernel_us)
+
+    def evaluate(self, cand) -> EvalInfo:
+        self.evaluated.append(cand.id)
+        us = self.kernel_us[len(self.evaluated) - 1]
+        return EvalInfo(StageStatus.OK, "OK", "verified on paper (test double)",
+                        timings=[Timing(batch=1, tp=8, kernel_us=us)])
+
+
+def _cpu_run_of_two_drafts(run_id: str) -> tuple[OptimizeConfig, list[str]]:
+    """A run of two drafts on this machine (no GPU: static and compile run, evaluate does not)."""
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=1, candidates_per_round=2, archs=["sm_90a"],
+                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1)
+    with ScriptedLLM([("reply", fenced(tiny_kernel())), ("reply", fenced("# two\n" + tiny_kernel()))]) as srv:
+        cfg.base_url = srv.url + "/v1"
+        st = start(cfg, run_id=run_id, stages=ToolchainStages(use_gpu=False)).run()
+    return cfg, st.round_ids(1)
+
+
+def test_drafts_compiled_without_a_gpu_are_measured_when_the_run_resumes_on_one(project, capsys):
+    """Drafting and compiling need no GPU: a run on a machine without one ranks its drafts by
+    compile feedback and says how to measure them; `--resume` on a machine with a GPU evaluates
+    exactly those drafts (once), ranks them by measured time and decides the gates again."""
+    import harness.agent.gating as gating
+    from harness.agent.display import print_summary
+    from harness.agent.loop import resume
+    from harness.agent.records import ScoreKind
+
+    _, ids = _cpu_run_of_two_drafts("t-defer")
+    cpu = json.loads((project / "runs" / "t-defer" / "summary.json").read_text())
+    assert len(ids) == 2 and cpu["not_measured"] == ids and cpu["verified"] == 0
+    assert cpu["gates"]["ran"] is False
+    assert cpu["gates"]["reason"].endswith(f"`harness optimize --op {OP} --resume t-defer` measures the 2 compiled drafts")
+    print_summary(cpu)
+    shown = " ".join(capsys.readouterr().out.split())
+    assert (f"compiled, not measured (no GPU here): 2 drafts; on a machine with a GPU, "
+            f"`harness optimize --op {OP} --resume t-defer` measures them") in shown
+
+    gated: list[str] = []
+    mp = pytest.MonkeyPatch()
+    mp.setattr(gating, "run_full_gates", lambda op, cid, *a, **kw: gated.append(cid) or
+               {"candidate": cid, "passed": False, "verdicts": {}, "evidence": None})
+    gpu = TimedOnPaperStages([9.0, 4.0])            # the second draft is the faster one
+    try:
+        st = resume("t-defer", stages=gpu).run()
+        assert gpu.evaluated == ids
+        assert all(st.records[c].score_kind is ScoreKind.TIME_US for c in ids)
+        assert [r.id for r in st.ranked()] == [ids[1], ids[0]] and st.deferred() == []
+        assert gated == [ids[1]] and st.gates["ran"] is True and st.finished
+        summary = json.loads((project / "runs" / "t-defer" / "summary.json").read_text())
+        assert summary["not_measured"] == [] and summary["best"]["id"] == ids[1] and summary["verified"] == 2
+
+        again = resume("t-defer", stages=gpu).run()    # nothing left to measure: nothing runs twice
+    finally:
+        mp.undo()
+    assert gpu.evaluated == ids and gated == [ids[1]]
+    assert again.ranked()[0].id == ids[1]
+    replayed = RunLog.open(project / "runs", "t-defer")
+    assert sum(1 for e in replayed.events if e.kind is EventKind.STAGE and e.data["stage"] == "evaluate") == 4
+
+
+def test_measuring_deferred_drafts_stops_at_the_time_limit_and_resumes_later(project):
+    """The GPU evaluations of deferred drafts start only within --time-limit; those left are
+    named with the resume command and measured by the next resume."""
+    from harness.agent.loop import resume
+
+    _, ids = _cpu_run_of_two_drafts("t-defer-limit")
+    gpu = TimedOnPaperStages([3.0, 2.0])
+    st = resume("t-defer-limit", {"time_limit_s": 0.0}, stages=gpu).run()
+    assert gpu.evaluated == [] and st.deferred() == ids
+    stops = [e for e in RunLog.open(project / "runs", "t-defer-limit").events if e.kind is EventKind.STOPPED]
+    assert stops and stops[-1].data["not_evaluated"] == ids
+    st = resume("t-defer-limit", {"time_limit_s": None}, stages=gpu).run()
+    assert gpu.evaluated == ids and st.deferred() == [] and st.best_verified().id == ids[1]
