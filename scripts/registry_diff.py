@@ -7,7 +7,9 @@ first, that the change keeps every routing decision and every buffer a kernel is
     python scripts/registry_diff.py OTHER [--ops OP ...] [--points N] [--json]
 
 OTHER is a checkout's folder or a git revision of this one (checked out into a temporary
-worktree, removed afterwards). Exit 0 when every record matches, 1 when one differs, 2 on a
+worktree, removed afterwards). The call sequence is this script's; the registry, the op
+definitions (reference_impls/) and the rest of harness/ are each checkout's own, so a change to
+an op's shapes or reference shows up here too. Exit 0 when every record matches, 1 when one differs, 2 on a
 usage error.
 
 Per op, for each of a few scopes (broad, TP8 with small batches, bf16 state, two entries of
