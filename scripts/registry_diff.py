@@ -31,6 +31,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -228,8 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_name)
         other = _other_root(args.other, tmp)
         try:
-            _record_in_child(ROOT, ops, args.points, tmp / "this.json")
-            _record_in_child(other, ops, args.points, tmp / "other.json")
+            for root, name in ((ROOT, "this.json"), (other, "other.json")):
+                t0 = time.monotonic()
+                print(f"registry_diff: recording {len(ops)} op(s) through {root} ...", file=sys.stderr, flush=True)
+                _record_in_child(root, ops, args.points, tmp / name)
+                print(f"registry_diff: ... done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         finally:
             if other.parent == tmp:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)], check=False)
