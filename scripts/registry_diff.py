@@ -7,7 +7,9 @@ first, that the change keeps every routing decision and every buffer a kernel is
     python scripts/registry_diff.py OTHER [--ops OP ...] [--points N] [--json]
 
 OTHER is a checkout's folder or a git revision of this one (checked out into a temporary
-worktree, removed afterwards). Exit 0 when every record matches, 1 when one differs, 2 on a
+worktree, removed afterwards). The call sequence is this script's; the registry, the op
+definitions (reference_impls/) and the rest of harness/ are each checkout's own, so a change to
+an op's shapes or reference shows up here too. Exit 0 when every record matches, 1 when one differs, 2 on a
 usage error.
 
 Per op, for each of a few scopes (broad, TP8 with small batches, bf16 state, two entries of
@@ -29,6 +31,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -226,8 +229,11 @@ def main(argv: list[str] | None = None) -> int:
         tmp = Path(tmp_name)
         other = _other_root(args.other, tmp)
         try:
-            _record_in_child(ROOT, ops, args.points, tmp / "this.json")
-            _record_in_child(other, ops, args.points, tmp / "other.json")
+            for root, name in ((ROOT, "this.json"), (other, "other.json")):
+                t0 = time.monotonic()
+                print(f"registry_diff: recording {len(ops)} op(s) through {root} ...", file=sys.stderr, flush=True)
+                _record_in_child(root, ops, args.points, tmp / name)
+                print(f"registry_diff: ... done in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
         finally:
             if other.parent == tmp:
                 subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(other)], check=False)

@@ -285,6 +285,11 @@ class Optimizer:
         ids = self.state.deferred()
         if not ids:
             return
+        missing = [cid for cid in ids if not (paths.kernels_dir() / self.cfg.op / cid / "kernel.py").is_file()]
+        if missing:
+            raise UserError(f"run {self.log.folder.name} has drafts to measure that are not on this machine: "
+                            f"{', '.join(missing)}; copy kernels_generated/{self.cfg.op}/<id>/ of each from the "
+                            "machine that drafted them, then resume again")
         self.listener(f"measuring {len(ids)} drafts compiled without a GPU: {', '.join(ids)}", self.state)
         for n, cid in enumerate(ids):
             if self.budget.time_up():

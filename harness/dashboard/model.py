@@ -235,6 +235,7 @@ class RunView:
     promoted: dict[str, Any] | None = None
     events: list[EventRow] = field(default_factory=list)
     records: dict[str, dict[str, Any]] = field(default_factory=dict)   # id -> CandidateRecord JSON
+    not_measured: list[str] = field(default_factory=list)    # compiled without a GPU: --resume on one measures them
     error: str = ""
 
     @property

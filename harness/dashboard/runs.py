@@ -36,7 +36,8 @@ def read_run(folder: Path) -> RunView:
     rv = RunView(id=folder.name, op=str(cfg.get("op", "")), agent=str(cfg.get("agent", "")), config=cfg,
                  started_ts=log.events[0].ts if log.events else None,
                  last_ts=log.events[-1].ts if log.events else None, finished=st.finished, stopped=st.stopped,
-                 tokens=st.tokens, cost_usd=st.cost_usd, gates=st.gates, promoted=st.promoted)
+                 tokens=st.tokens, cost_usd=st.cost_usd, gates=st.gates, promoted=st.promoted,
+                 not_measured=st.deferred())
     started: dict[int, float] = {}
     finished: dict[int, tuple[float, Any, Any]] = {}
     drafted_ts: dict[str, float] = {}

@@ -437,3 +437,17 @@ def test_measuring_deferred_drafts_stops_at_the_time_limit_and_resumes_later(pro
     assert stops and stops[-1].data["not_evaluated"] == ids
     st = resume("t-defer-limit", {"time_limit_s": None}, stages=gpu).run()
     assert gpu.evaluated == ids and st.deferred() == [] and st.best_verified().id == ids[1]
+
+
+def test_resuming_on_a_gpu_without_the_drafts_folders_names_them(project):
+    """The drafts live in kernels_generated/<op>/<id>/, beside the run folder: resumed on a
+    machine that lacks one, the run stops with one readable error naming it and measures nothing."""
+    from harness.agent.loop import resume
+    from harness.errors import UserError
+
+    _, ids = _cpu_run_of_two_drafts("t-defer-missing")
+    shutil.rmtree(project / "kernels_generated" / OP / ids[1])
+    gpu = TimedOnPaperStages([3.0, 2.0])
+    with pytest.raises(UserError, match=f"not on this machine: {ids[1]}; copy kernels_generated/{OP}/<id>/"):
+        resume("t-defer-missing", stages=gpu).run()
+    assert gpu.evaluated == []

@@ -265,3 +265,37 @@ def test_an_unreadable_candidate_folder_is_shown_with_its_reason(tmp_path, site)
     assert "no kernel.py" in bad["empty"].load_error and bad["empty"].source == ""
     assert {c.id for c in op.candidates} == {c.id for c in collect(site.root).op(OP).candidates} | {"empty"}
     assert bad[site.ids["v1"]].promoted                     # still the incumbent in promoted.json
+
+
+def test_a_run_compiled_without_a_gpu_names_the_drafts_that_await_one(tmp_path):
+    """A run on a machine without a GPU compiles its drafts and leaves their evaluation NOT_RUN:
+    the run page says which drafts a resume on a GPU machine would measure, and how."""
+    from dataclasses import asdict
+
+    from harness.agent.records import CompileInfo, EvalInfo, StageStatus
+    from harness.agent.runlog import EventKind, RunLog
+    from harness.dashboard.model import SiteData
+    from harness.dashboard.render import render_site
+    from harness.dashboard.runs import read_run
+
+    run_id = "20261205-000000-moe_router-abc123"
+    log = RunLog.create(tmp_path, run_id)
+    log.append(EventKind.RUN_STARTED, config={"op": "moe_router", "agent": "template"}, run_id=run_id,
+               gpu_available=False)
+    log.append(EventKind.ROUND_STARTED, round=1)
+    ids = ["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"]
+    for slot, cid in enumerate(ids):
+        log.append(EventKind.DRAFT, round=1, slot=slot, id=cid, author="template")
+        log.append(EventKind.STAGE, id=cid, stage="static", result={"ok": True, "problems": []})
+        status = StageStatus.FAILED if cid == ids[2] else StageStatus.OK     # a failed compile is never measured
+        log.append(EventKind.STAGE, id=cid, stage="compile", result=asdict(CompileInfo("sm_90a", status, registers=40)))
+        if status is StageStatus.OK:
+            log.append(EventKind.STAGE, id=cid, stage="evaluate",
+                       result=asdict(EvalInfo(StageStatus.NOT_RUN, "NOT_RUN", "no CUDA GPU on this machine")))
+    rv = read_run(tmp_path / run_id)
+    assert rv.not_measured == ids[:2]
+    render_site(SiteData(root=str(tmp_path), generated_utc="", ops=[], runs=[rv], history=[]), tmp_path / "site")
+    html = (tmp_path / "site" / run_page(run_id)).read_text()
+    shown = _text(re.search(r'id="run-not-measured">(.*?)</dd>', html, re.S).group(1))
+    assert shown.startswith("2 drafts compiled without a GPU") and ids[0] in shown and ids[2] not in shown
+    assert f"harness optimize --op moe_router --resume {run_id}" in shown
