@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     defn = reference_impls.get(a.op)
     cand = load_candidate(a.op, a.candidate)
-    rows = []
+    rows: list[dict] = []
     for b in (int(x) for x in a.batches.split(",")):
         pt = Point(batch=b, tp=a.tp, shape=a.shape, state_dtype=a.state_dtype)
         static = static_for_point(defn, pt)

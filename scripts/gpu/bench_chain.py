@@ -16,7 +16,9 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import torch
 
@@ -39,7 +41,7 @@ def promoted_id(op: str) -> str:
     return next(e["candidate"] for e in read_manifest(ROOT) if e["op"] == op)
 
 
-def candidate(op: str, ref: str) -> tuple[str, object]:
+def candidate(op: str, ref: str) -> tuple[str, ModuleType]:
     """(id, kernel module) of the candidate `ref` (an id or a unique prefix)."""
     try:
         cand = load_candidate(op, ref)
@@ -73,25 +75,32 @@ def main() -> None:
         n = min(len(ar_sets), len(rt_sets))
         ar_k = ar_mod.compile(8, "--enable-tvm-ffi", **bk.static_for(ar_def, ap_))
 
-        def attn(i):
+        def attn(i: int) -> None:
             ar_mod.launch(ar_k, **bk.kernel_tensors(ar_def, ar_sets[i], ar_outs[i]))
 
         alone_name = f"attn_res {ar_id[:6]} alone"
-        impls = {alone_name: attn,
-                 "+ router compile": lambda i: (attn(i), rt_ref(dict(rt_sets[i], x=ar_outs[i]["out"]), rt_outs[i]))}
+        def then_compiled_router(i: int) -> None:
+            attn(i)
+            rt_ref(dict(rt_sets[i], x=ar_outs[i]["out"]), rt_outs[i])
+
+        def then_router(mod: ModuleType, k) -> Callable[[int], None]:
+            def call(i: int) -> None:
+                attn(i)
+                mod.launch(k, **bk.kernel_tensors(rt_def, dict(rt_sets[i], x=ar_outs[i]["out"]), rt_outs[i]))
+            return call
+
+        impls: dict[str, Callable[[int], None]] = {alone_name: attn, "+ router compile": then_compiled_router}
         for rid, mod in routers:
-            k = mod.compile(8, "--enable-tvm-ffi")
-            impls[f"+ router {rid[:6]}"] = (lambda i, m=mod, k=k: (
-                attn(i), m.launch(k, **bk.kernel_tensors(rt_def, dict(rt_sets[i], x=ar_outs[i]["out"]), rt_outs[i]))))
+            impls[f"+ router {rid[:6]}"] = then_router(mod, mod.compile(8, "--enable-tvm-ffi"))
         for f in impls.values():
             f(0)
         torch.cuda.synchronize()
         stats = timing.time_interleaved(impls, n, calls_per_graph=bk.CALLS_PER_GRAPH, rounds=args.rounds)
         alone = stats[alone_name].median_us
-        row = {"batch": b, "us": {k: s.median_us for k, s in stats.items()}}
-        result["rows"].append(row)
+        us = {k: s.median_us for k, s in stats.items()}
+        result["rows"].append({"batch": b, "us": us})
         print(f"B={b:>2}  " + "  ".join(f"{k}: {v:.2f}" + ("" if k == alone_name else f" (router {v - alone:.2f})")
-                                     for k, v in row["us"].items()), flush=True)
+                                     for k, v in us.items()), flush=True)
         del ar_sets, ar_outs, rt_sets, rt_outs
         torch.cuda.empty_cache()
     name = "bench_chain.json" if not args.attn else f"bench_chain_{ar_id[:6]}.json"

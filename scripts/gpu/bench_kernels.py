@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import math
@@ -109,6 +110,8 @@ def static_verdict(op: str, folder: str) -> str:
 
 def load_kernel(path: str):
     spec = importlib.util.spec_from_file_location(f"cand_{Path(path).name}", Path(path) / "kernel.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"no kernel.py to load in {path}")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -158,8 +161,11 @@ def unfused_gate_up_act(tp: int):
         out = torch.empty((x.shape[0], width), dtype=torch.bfloat16, device=x.device)
         kern(gate_up=gate_up, out=out)
         return out
-    run.activation_for = lambda weight_rows: (                        # what a row's bar ran
-        f"situ_and_mul:{entry['candidate'][:12]}" if kernel_runs(weight_rows) else "situ_and_mul:reference")
+    promoted = "situ_and_mul:reference" if entry is None else f"situ_and_mul:{entry['candidate'][:12]}"
+
+    def activation_for(weight_rows: int) -> str:                       # what a row's bar ran
+        return promoted if kernel_runs(weight_rows) else "situ_and_mul:reference"
+    run.activation_for = activation_for  # type: ignore[attr-defined]  # an attribute on a function
     return "cublas+situ", run
 
 
@@ -316,12 +322,17 @@ def rotated_sets(defn, point: Point, max_copies: int = timing.MAX_COPIES) -> tup
     return sets, outs
 
 
+def shape_names(defn) -> list[str]:
+    """The named shapes an op declares (skinny_gemm's GEMMs, attn_res's nb1..nb8), [] for none."""
+    return list(defn.extra.get("shape_names", ()))
+
+
 def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state_dtypes: list[str]) -> list[Point]:
     """TP x shape x state dtype x B; shapes only for ops with named shapes, state dtypes only where
     the op has more than one. --shapes may mix several ops' names (latent_down,nb1): each op takes
     its own, or its default shape when none is its own; a name no op knows is an error."""
-    names = list(defn.extra.get("shape_names", ()))
-    every = {s for d in reference_impls.all_ops() for s in d.extra.get("shape_names", ())}
+    names = shape_names(defn)
+    every = {s for d in reference_impls.all_ops() for s in shape_names(d)}
     unknown = [s for s in shapes if s not in every and s != "all"]
     if unknown:
         raise SystemExit(f"{defn.name}: unknown shape(s) {unknown} (known: {', '.join(names or sorted(every))})")
@@ -332,8 +343,13 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
         shp = [""]
     # ops with one state dtype keep Point's default; a wanted dtype the op lacks is skipped
     sts = [s for s in state_dtypes if s in defn.state_dtypes] if len(defn.state_dtypes) > 1 else []
-    return [Point(batch=b, tp=tp, shape=sh, **({"state_dtype": st} if st else {}))
+    return [with_state_dtype(Point(batch=b, tp=tp, shape=sh), st)
             for tp in tps for sh in shp for st in (sts or [""]) for b in batches]
+
+
+def with_state_dtype(point: Point, state_dtype: str) -> Point:
+    """`point` with its state dtype set, or as it is (Point's default) when `state_dtype` is ""."""
+    return dataclasses.replace(point, state_dtype=state_dtype) if state_dtype else point
 
 
 def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bool,
@@ -431,7 +447,7 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
                 except Exception as exc:  # noqa: BLE001 - fall back to one graph per impl
                     for n, f in group.items():
                         try:
-                            times[n] = timing.time_interleaved({n: f}, n_sets, CALLS_PER_GRAPH, rounds).get(n).as_dict()
+                            times[n] = timing.time_interleaved({n: f}, n_sets, CALLS_PER_GRAPH, rounds)[n].as_dict()
                         except Exception as exc2:  # noqa: BLE001
                             times[n] = {"error": err_text(exc2)}
                     times["_interleave_error"] = err_text(exc)

@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     from harness.registry import device_arch
     os.environ["CUTE_DSL_ARCH"] = device_arch(torch.device("cuda"))
-    from bench_kernels import CALLS_PER_GRAPH, check_point, kernel_tensors, load_kernel, rotated_sets, static_for
+    from bench_kernels import (CALLS_PER_GRAPH, check_point, kernel_tensors, load_kernel, rotated_sets, static_for,
+                               with_state_dtype)
     from harness.opdef import Point
     from harness.toolchain.timing import time_interleaved
 
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
     rec = {"op": a.op, "shape": a.shape, "tp": a.tp, "state_dtype": sdt, "kernels": variants, "rounds": a.rounds,
            "gpu": torch.cuda.get_device_name(0), "rows": []}
     def point(b: int) -> Point:
-        return Point(batch=b, tp=a.tp, shape=a.shape, **({"state_dtype": sdt} if sdt else {}))
+        return with_state_dtype(Point(batch=b, tp=a.tp, shape=a.shape), sdt)
 
     # the static key (TP, shape, state dtype) is the same at every batch: one compile per variant
     static = static_for(defn, point(batches[0]))
@@ -136,8 +138,10 @@ def main(argv: list[str] | None = None) -> dict:
             except Exception as exc:  # noqa: BLE001 - recorded; the other variants still run
                 entries[lab] = {"ok": False, "error": error_text(exc)}
         sets, outs = rotated_sets(defn, pt, a.max_copies)
-        impls = {lab: (lambda i, m=mods[lab], c=c: m.launch(c, **kernel_tensors(defn, sets[i], outs[i])))
-                 for lab, c in runnable.items()}
+        # fn(set index); each lambda binds its module and compiled kernel as defaults
+        impls: dict[str, Callable[..., None]] = {
+            lab: (lambda i, m=mods[lab], c=c: m.launch(c, **kernel_tensors(defn, sets[i], outs[i])))
+            for lab, c in runnable.items()}
         st = time_interleaved(impls, len(sets), calls_per_graph=CALLS_PER_GRAPH, rounds=a.rounds) if impls else {}
         rel = ratios({lab: s.median_us for lab, s in st.items()}) if st else {}
         for lab, s in st.items():

@@ -27,7 +27,9 @@ import json
 import os
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -54,7 +56,11 @@ def timed_group(impls: dict, n_sets: int, calls: int, rounds: int) -> tuple[dict
     runs = dict(impls)
     runs[timing.SEPARATOR] = lambda i: None
     names = list(runs)
-    graphs = {n: timing.capture_graph(runs[n], n_sets, calls, 3, lambda: buf.add_(1)) for n in names}
+
+    def separator() -> None:
+        buf.add_(1)
+
+    graphs = {n: timing.capture_graph(runs[n], n_sets, calls, 3, separator) for n in names}
     for n in names:
         graphs[n].replay()
     torch.cuda.synchronize()
@@ -105,7 +111,8 @@ def main(argv: list[str] | None = None) -> dict:
     if len(cands) != 1:
         raise SystemExit(f"{a.op}: '{a.candidate}' names {len(cands)} candidates, not one")
     mods = [bk.load_kernel(cands[0]["path"]) for _ in range(2)]
-    compiled = compiled_reference(defn, dynamic=None) if a.compile_into_outputs else torch.compile(defn.reference)
+    compiled: Callable[..., Any] = (compiled_reference(defn, dynamic=None) if a.compile_into_outputs
+                                    else torch.compile(defn.reference))
     rows = []
     for b in (int(x) for x in a.batches.split(",")):
         pt = Point(batch=b, tp=a.tp, shape=a.shape, state_dtype=a.state_dtype)

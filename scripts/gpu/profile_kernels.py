@@ -19,7 +19,9 @@ import json
 import os
 import sys
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -98,7 +100,7 @@ def main() -> None:
         rec: dict = {}
         result["ops"][op] = rec
         compiled_ref = None if args.no_compile_baseline else compiled_reference(defn, dynamic=None)   # as bench_kernels.py
-        mods = {}
+        mods: dict[str, tuple[Any, dict]] = {}        # label -> (kernel module, its compile cache)
         for c in bk.human_candidates(op, only):
             try:
                 mods[c["label"]] = (bk.load_kernel(c["path"]), {})
@@ -107,7 +109,7 @@ def main() -> None:
         for b in [int(x) for x in args.batches.split(",")]:
             point = Point(batch=b, tp=8)
             sets, outs = bk.rotated_sets(defn, point, args.max_copies)
-            impls = {}
+            impls: dict[str, Callable[..., None]] = {}   # name -> fn(set index)
             if compiled_ref is not None:
                 impls["compile"] = lambda i, s=sets, o=outs: compiled_ref(s[i], o[i])
             for label, (mod, cache) in mods.items():
@@ -119,6 +121,7 @@ def main() -> None:
                 except Exception as exc:  # noqa: BLE001
                     rec.setdefault(label, {})[f"B{b}"] = {"error": bk.err_text(exc)}
             for name, fn in impls.items():
+                kt: dict[str, Any]                         # kernel name -> times, or {"error": text}
                 try:
                     fn(0)
                     torch.cuda.synchronize()
@@ -127,7 +130,7 @@ def main() -> None:
                     kt = {"error": bk.err_text(exc)}
                 rec.setdefault(name, {})[f"B{b}"] = kt
                 if "error" in kt:
-                    print(f"{op} B={b} {name}: {kt['error'][:200]}")
+                    print(f"{op} B={b} {name}: {str(kt['error'])[:200]}")
                     continue
                 tot = sum(k["us_per_call"] for k in kt.values())
                 print(f"{op} B={b:>2} {name:<22} total {tot:7.2f} us  " +

@@ -53,7 +53,9 @@ def run_case(name: str, fn, limit_s: float) -> dict:
 
 class Results:
     def __init__(self, out: Path, meta: dict) -> None:
-        self.out, self.meta, self.faults, self.cheats = out, meta, [], []
+        self.out, self.meta = out, meta
+        self.faults: list[dict] = []
+        self.cheats: list[dict] = []
         self.lock = threading.Lock()
 
     def add(self, kind: str, row: dict) -> None:

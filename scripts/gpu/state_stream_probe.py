@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -80,8 +81,8 @@ def build(probe: Probe):
     class Stream:
         @cute.jit
         def __call__(self, m: cute.Tensor, stream: cuda.CUstream):
-            self.kernel(m).launch(grid=[m.shape[0], 1, 1], block=[THREADS, 1, 1], smem=probe.smem_bytes,
-                                  stream=stream)
+            self.kernel(m).launch(grid=[m.shape[0], 1, 1],  # type: ignore[index]  # rank 2: a tuple
+                                  block=[THREADS, 1, 1], smem=probe.smem_bytes, stream=stream)
 
         @cute.kernel
         def kernel(self, m: cute.Tensor):
@@ -108,7 +109,8 @@ def time_probes(probes, batch: int, rounds: int) -> dict:
 
     from harness.toolchain import timing
 
-    impls, bufs = {}, {}
+    impls: dict[str, Callable[..., None]] = {}        # fn(set index), the kernel and buffers bound as defaults
+    bufs = {}
     for p in probes:
         compiled = build(p)
         tdt = torch.float32 if p.dtype == "fp32" else torch.bfloat16
