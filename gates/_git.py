@@ -7,6 +7,7 @@ import os
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 class GitError(RuntimeError):
@@ -14,6 +15,8 @@ class GitError(RuntimeError):
 
 
 class Git:
+    _repo: Any                      # a gitpython Repo, or None where gitpython is missing (the git CLI then)
+
     def __init__(self, root: Path):
         self.root = Path(root)
         try:

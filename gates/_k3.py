@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 DEFAULT_SEED = 20260
 NONFINITE = 1e30           # recorded for a step whose logits hold NaN/Inf (evidence JSON has no Inf)
@@ -110,7 +110,8 @@ def build_pair(op: str, candidate_dir, root, model_config: str, default_layers: 
         from harness.toolchain.candidate import load_candidate
 
         cand = load_candidate(op, candidate_dir)
-        scope, kw = KernelScope.from_json(cand.scope.to_json()), {"candidate": cand.id, "candidate_dir": cand.path}
+        scope = KernelScope.from_json(cand.scope.to_json())
+        kw: dict[str, Any] = {"candidate": cand.id, "candidate_dir": cand.path}
     else:
         scope, kw = _any_scope(), {"fn": on_fn, "candidate": "test-fn"}
     fused = fused_over(op)
@@ -146,7 +147,8 @@ def fused_over(op: str) -> tuple[str, ...]:
     path calls it wherever the fused kernel's scope ends."""
     import reference_impls
 
-    return tuple(sorted(d.name for d in reference_impls.all_ops() if op in d.extra.get("replaces", ())))
+    return tuple(sorted(d.name for d in reference_impls.all_ops()
+                        if op in cast("tuple[str, ...]", d.extra.get("replaces", ()))))
 
 
 def _any_scope():
@@ -160,7 +162,8 @@ class _Recorder:
     experts of moe_router) per call site, for the current step."""
 
     def __init__(self, reg, op: str) -> None:
-        self.reg, self.op, self.ids = reg, op, {}
+        self.reg, self.op = reg, op
+        self.ids: dict[str, list[frozenset[int]]] = {}
 
     def run(self, op: str, inputs, *, tp: int, site: str = "", **static):
         out = self.reg.run(op, inputs, tp=tp, site=site, **static)

@@ -88,6 +88,7 @@ def measure(ctx: GateContext) -> tuple[list[dict[str, Any]], dict[str, Any] | No
         sets = [base] + [{k: v.clone() for k, v in base.items()} for _ in range(n - 1)]
         outs = [defn.alloc_outputs(pt, "cuda") for _ in range(n)]
         outs_inc = [defn.alloc_outputs(pt, "cuda") for _ in range(n)]
+        impl_inc: Callable[[int], object]
         if inc_fn is not None:
             f_inc = inc_fn
             impl_inc = lambda i: f_inc(**sets[i], **outs_inc[i])  # noqa: E731

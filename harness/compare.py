@@ -6,7 +6,7 @@ Used by `harness eval`, the numerics gate and the model-level evaluation alike, 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Callable, Mapping, cast
 
 import torch
 
@@ -136,7 +136,7 @@ def compare(defn: OpDefinition, outputs: Mapping[str, torch.Tensor], reference: 
     weights leave out), so the reference's values for the other expert would be the wrong bar."""
     checks: dict[str, TensorCheck] = {}
     key = None
-    sel = defn.extra.get("selection_key")
+    sel = cast("Callable[[dict[str, torch.Tensor]], torch.Tensor] | None", defn.extra.get("selection_key"))
     if sel is not None and inputs is not None:
         key = sel(dict(inputs))
     ids_name = next((n for n, t in defn.tolerances.items() if t.kind is CheckKind.TOPK_IDS), None)
@@ -146,8 +146,10 @@ def compare(defn: OpDefinition, outputs: Mapping[str, torch.Tensor], reference: 
     got_ids = outputs[ids_name].detach().cpu() if ids_name in checks else None
     own: Mapping[str, torch.Tensor] = {}
     tie_rows: list[int] = []
-    for_ids = defn.extra.get("outputs_for_ids")
-    if got_ids is not None and checks[ids_name].ok and for_ids is not None and inputs is not None:
+    for_ids = cast("Callable[[dict[str, torch.Tensor], torch.Tensor], Mapping[str, torch.Tensor]] | None",
+                   defn.extra.get("outputs_for_ids"))
+    if ids_name is not None and got_ids is not None and checks[ids_name].ok and for_ids is not None \
+            and inputs is not None:
         tie_rows = _tie_swapped_rows(got_ids, reference[ids_name].detach().cpu())
         if tie_rows:
             own = {n: t.detach().cpu() for n, t in for_ids(dict(inputs), outputs[ids_name]).items()}
@@ -160,7 +162,7 @@ def compare(defn: OpDefinition, outputs: Mapping[str, torch.Tensor], reference: 
             continue
         got, want = outputs[name].detach().cpu(), reference[name].detach().cpu()
         tol = defn.tolerances[name]
-        if got_ids is not None and tol.kind is not CheckKind.TOPK_IDS \
+        if ids_name is not None and got_ids is not None and tol.kind is not CheckKind.TOPK_IDS \
                 and tuple(got.shape) == tuple(got_ids.shape):
             order = _ids_sort(got_ids)
             got = got.gather(-1, order)

@@ -21,7 +21,9 @@ outputs (and STATE tensors) in place. Importable without a GPU, CuTe DSL or pyda
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
+import functools
 import json
 import os
 import threading
@@ -167,30 +169,34 @@ def _env_disabled() -> frozenset[str]:
     """The ops HARNESS_DISABLE_KERNELS switches off. A name that is no op fails closed: a
     typo (`moe_routr`) would otherwise leave the kernel it meant on, so it switches "all"
     off and `env_disable_problem()` says why."""
-    names = _env_names()
-    return frozenset({"all"}) if _unknown_ops(names) else names
+    return _env_state(os.environ.get(ENV_DISABLE, ""))[0]
 
 
-def _env_names() -> frozenset[str]:
-    raw = os.environ.get(ENV_DISABLE, "").strip()
-    return frozenset(p.strip() for p in raw.split(",") if p.strip())
+def env_disable_problem() -> str | None:
+    """One line when HARNESS_DISABLE_KERNELS names an op that does not exist, else None."""
+    return _env_state(os.environ.get(ENV_DISABLE, ""))[1]
+
+
+@functools.lru_cache(maxsize=8)
+def _env_state(raw: str) -> tuple[frozenset[str], str | None]:
+    """(the ops switched off, the problem line or None) for one value of HARNESS_DISABLE_KERNELS,
+    parsed once per distinct value: every dispatch reads the variable, so a change takes effect at
+    the next call, but the names are not split and checked again per call."""
+    names = frozenset(p.strip() for p in raw.strip().split(",") if p.strip())
+    unknown = _unknown_ops(names)
+    if not unknown:
+        return names, None
+    import reference_impls  # noqa: PLC0415
+
+    problem = (f"{ENV_DISABLE} names no op: {', '.join(unknown)} (known: all, {', '.join(reference_impls.OP_NAMES)}); "
+               "every kernel is off until it is fixed")
+    return frozenset({"all"}), problem
 
 
 def _unknown_ops(names: frozenset[str] | set[str]) -> list[str]:
     import reference_impls  # noqa: PLC0415 - reference_impls imports harness.opdef
 
     return sorted(n for n in names if n != "all" and n not in reference_impls.OP_NAMES)
-
-
-def env_disable_problem() -> str | None:
-    """One line when HARNESS_DISABLE_KERNELS names an op that does not exist, else None."""
-    unknown = _unknown_ops(_env_names())
-    if not unknown:
-        return None
-    import reference_impls  # noqa: PLC0415
-
-    return (f"{ENV_DISABLE} names no op: {', '.join(unknown)} (known: all, {', '.join(reference_impls.OP_NAMES)}); "
-            "every kernel is off until it is fixed")
 
 
 def _default_loader(candidate_dir: Path, arch: str, tp: int, **static: str) -> KernelFn:
@@ -207,6 +213,9 @@ class Registry:
         self._loader: Loader = loader or _default_loader
         self._check_shapes = check_shapes
         self._kernels: dict[str, list[KernelEntry]] = {}     # op -> entries in registration order
+        self._try_order: dict[str, list[KernelEntry]] = {}   # op -> the same, by_specificity (per change, not per call)
+        self._shapes: dict[tuple, ShapePlan | None] = {}         # _shape_plan's memo
+        self._layouts: dict[str, _OpLayout] = {}                 # _call_info's, per op
         self._disabled: set[str] = set()
         self._counts: Counter[TraceKey] = Counter()
         self._by_candidate: Counter[tuple[str, str]] = Counter()   # (op, candidate) -> kernel calls
@@ -222,14 +231,17 @@ class Registry:
             raise ValueError("register needs a callable or a candidate folder")
         kept = [e for e in self._kernels.get(op, []) if e.candidate != candidate and e.scope != scope]
         self._kernels[op] = kept + [KernelEntry(op, candidate, scope, fn, candidate_dir)]
+        self._try_order[op] = by_specificity(self._kernels[op])
 
     def unregister(self, op: str, candidate: str | None = None) -> None:
         """Remove op's entry of `candidate`, or every entry of op when None."""
         kept = [e for e in self._kernels.get(op, []) if candidate is not None and e.candidate != candidate]
         if kept:
             self._kernels[op] = kept
+            self._try_order[op] = by_specificity(kept)
         else:
             self._kernels.pop(op, None)
+            self._try_order.pop(op, None)
 
     def load_manifest(self, manifest: Path, kernels_dir: Path | None = None) -> int:
         """Register every entry of promoted.json; returns how many. Missing file = none."""
@@ -246,7 +258,7 @@ class Registry:
         """The registered kernels (of `op`, or of every op by name), each op's in the order a
         call tries them (`by_specificity`)."""
         ops = [op] if op is not None else sorted(self._kernels)
-        return [e for o in ops for e in by_specificity(self._kernels.get(o, []))]
+        return [e for o in ops for e in self._try_order.get(o, [])]
 
     # ---- kill switch ----------------------------------------------------------------
     def disable(self, *ops: str) -> None:
@@ -263,8 +275,8 @@ class Registry:
         self._disabled.difference_update(ops)
 
     def is_disabled(self, op: str) -> bool:
-        env_off = _env_disabled()
-        if env_off and (problem := env_disable_problem()):
+        env_off, problem = _env_state(os.environ.get(ENV_DISABLE, ""))
+        if problem:
             self._errors[ENV_DISABLE] = problem      # shown by `harness trace` and eval-model
         off = self._disabled | env_off
         return "all" in off or op in off
@@ -308,20 +320,20 @@ class Registry:
             **static: str) -> dict[str, torch.Tensor]:
         """Outputs of `op` on `inputs` (STATE tensors included under their input names).
         `static` names the op's static key beyond TP (e.g. shape="kda_in_proj")."""
-        defn, entry, info, point, reason = self._route(op, inputs, tp, static)
+        defn, entry, info, where, reason = self._route(op, inputs, tp, static)
         if reason is not None:
             return self._fallback(defn, op, inputs, reason)
-        return self._launch(defn, op, entry, info, point, inputs, site)
+        return self._launch(defn, op, entry, info, where, inputs, site)
 
     def run_selected(self, op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, site: str = "",
                      **static: str) -> dict[str, torch.Tensor] | None:
         """`run(...)` where it would call op's kernel (`selects_kernel`), else None with nothing
         run or counted: the decoder calls a fused op (gemm_situ_and_mul) this way and runs the pair
         of ops it replaces when it gets None, routing the call once."""
-        defn, entry, info, point, reason = self._route(op, inputs, tp, static)
+        defn, entry, info, where, reason = self._route(op, inputs, tp, static)
         if reason is not None or self._failed_before(entry, info):
             return None
-        return self._launch(defn, op, entry, info, point, inputs, site)
+        return self._launch(defn, op, entry, info, where, inputs, site)
 
     def selects_kernel(self, op: str, inputs: Mapping[str, torch.Tensor], *, tp: int, **static: str) -> bool:
         """Whether `run(op, inputs, tp=tp, **static)` would call op's kernel: one is registered, not
@@ -331,42 +343,45 @@ class Registry:
         return reason is None and not self._failed_before(entry, info)
 
     def _route(self, op: str, inputs: Mapping[str, torch.Tensor], tp: int, static: Mapping[str, str]):
-        """(definition, entry, call info, point, reason): reason None when one of op's kernels is
-        registered, enabled and the call lies inside its scope (the most specific such entry),
-        else why the call falls back (the broadest entry's reason)."""
+        """(definition, entry, call info, (shape plan, point), reason): reason None when one of
+        op's kernels is registered, enabled and the call lies inside its scope (the most specific
+        such entry), else why the call falls back (the broadest entry's reason)."""
         import reference_impls  # noqa: PLC0415 - reference_impls imports harness.opdef
 
         defn = reference_impls.get(op)
-        entries = by_specificity(self._kernels.get(op, []))
+        entries = self._try_order.get(op, [])
         if not entries:
             return defn, None, None, None, Reason.NO_KERNEL
         if self.is_disabled(op):
             return defn, entries[-1], None, None, Reason.DISABLED
-        info = _call_info(defn, inputs, tp, static)
+        layout = self._layouts.get(op)
+        if layout is None:
+            layout = self._layouts[op] = _OpLayout.of(defn)
+        info = _call_info(layout, inputs, tp, static)
+        shape_name = static.get("shape", "")
         reason = Reason.NO_KERNEL
         for entry in entries:
-            reason, point = _scope_check(defn, entry.scope, info, inputs, self._check_shapes)
+            reason, where = _scope_check(defn, entry.scope, info, shape_name, inputs, self._check_shapes, self._shapes)
             if reason is None:
-                return defn, entry, info, point, None
+                return defn, entry, info, where, None
         return defn, entries[-1], info, None, reason
 
     @staticmethod
     def _failed_before(entry: KernelEntry, info: CallInfo) -> bool:
         return isinstance(entry._compiled.get((info.arch, info.tp, info.static)), BaseException)
 
-    def _launch(self, defn, op: str, entry: KernelEntry, info: CallInfo, point, inputs: Mapping[str, torch.Tensor],
-                site: str) -> dict[str, torch.Tensor]:
+    def _launch(self, defn, op: str, entry: KernelEntry, info: CallInfo, where: tuple[ShapePlan, Any],
+                inputs: Mapping[str, torch.Tensor], site: str) -> dict[str, torch.Tensor]:
         try:
             fn = self._compiled(entry, info)
-            outs = _alloc_outputs(defn, inputs, point) if self._check_shapes else _alloc_like_reference(defn, inputs)
+            outs = (_alloc_outputs(defn, inputs, *where) if self._check_shapes
+                    else _alloc_like_reference(defn, inputs))
             fn(**inputs, **outs)
         except Exception as exc:  # a broken kernel must never take the decode path down
             self._errors[op] = f"{site or op}: {type(exc).__name__}: {exc}"
             return self._fallback(defn, op, inputs, Reason.ERROR)
         self._count(op, Outcome.KERNEL, Reason.IN_SCOPE, entry.candidate)
-        from harness.opdef import Role  # noqa: PLC0415
-
-        outs.update({s.name: inputs[s.name] for s in defn.inputs if s.role is Role.STATE})
+        outs.update({name: inputs[name] for name in self._layouts[op].states})
         return outs
 
     def _fallback(self, defn, op: str, inputs: Mapping[str, torch.Tensor], reason: Reason):
@@ -389,30 +404,71 @@ class Registry:
         return got
 
 
-def _call_info(defn, inputs: Mapping[str, torch.Tensor], tp: int, static: Mapping[str, str]) -> CallInfo:
-    from harness.opdef import Role  # noqa: PLC0415
+@dataclass(frozen=True)
+class _OpLayout:
+    """Where the registry reads an op's call keys, worked out once per op from its definition
+    (`Registry._layouts`): the inputs that carry the batch dim (and its axis), the activations
+    and the STATE inputs (handed back with the outputs), each in the definition's order."""
 
-    batch, dtype, state_dtype = 0, "", ""
-    for spec in defn.inputs:
-        t = inputs.get(spec.name)
-        if t is None:
-            continue
-        if not batch and "B" in spec.shape:
-            batch = int(t.shape[spec.shape.index("B")])
-        if not dtype and spec.role is Role.ACTIVATION:
-            dtype = _DTYPE_NAMES.get(t.dtype, str(t.dtype))
-        if spec.role is Role.STATE and (spec.name == "state" or not state_dtype):
-            state_dtype = _DTYPE_NAMES.get(t.dtype, str(t.dtype))
-    st = dict(static)
-    if len(defn.state_dtypes) > 1 and state_dtype:
-        st.setdefault("state_dtype", state_dtype)
+    batch_axes: tuple[tuple[str, int], ...]
+    activations: tuple[str, ...]
+    states: tuple[str, ...]
+    many_state_dtypes: bool
+
+    @classmethod
+    def of(cls, defn) -> "_OpLayout":
+        from harness.opdef import Role  # noqa: PLC0415
+
+        return cls(batch_axes=tuple((s.name, s.shape.index("B")) for s in defn.inputs if "B" in s.shape),
+                   activations=tuple(s.name for s in defn.inputs if s.role is Role.ACTIVATION),
+                   states=tuple(s.name for s in defn.inputs if s.role is Role.STATE),
+                   many_state_dtypes=len(defn.state_dtypes) > 1)
+
+
+def _first_present(inputs: Mapping[str, torch.Tensor], names: tuple[str, ...]) -> torch.Tensor | None:
+    for name in names:
+        t = inputs.get(name)
+        if t is not None:
+            return t
+    return None
+
+
+def _call_info(layout: _OpLayout, inputs: Mapping[str, torch.Tensor], tp: int,
+               static: Mapping[str, str]) -> CallInfo:
+    """The call's keys: batch from the first present input with a nonzero B dim, dtype from the first
+    present activation, state dtype from "state" or else the first present STATE input."""
+    batch = 0
+    for name, axis in layout.batch_axes:
+        t = inputs.get(name)
+        if t is not None:
+            batch = int(t.shape[axis])
+            if batch:
+                break
+    act = _first_present(inputs, layout.activations)
+    state = inputs.get("state") if "state" in layout.states else None
+    state = state if state is not None else _first_present(inputs, layout.states)
+    dtype = _DTYPE_NAMES.get(act.dtype, str(act.dtype)) if act is not None else ""
+    state_dtype = _DTYPE_NAMES.get(state.dtype, str(state.dtype)) if state is not None else ""
+    st = tuple(sorted(static.items()))
+    if layout.many_state_dtypes and state_dtype and "state_dtype" not in static:
+        st = tuple(sorted((*st, ("state_dtype", state_dtype))))
     device = next(iter(inputs.values())).device
-    return CallInfo(device_arch(device), tp, batch, dtype, state_dtype, tuple(sorted(st.items())))
+    return CallInfo(device_arch(device), tp, batch, dtype, state_dtype, st)
 
 
-def _alloc_outputs(defn, inputs: Mapping[str, torch.Tensor], point) -> dict[str, torch.Tensor]:
-    """Output buffers sized from the call's own tensors (dims bound by the inputs), the
-    definition's dims for the rest (e.g. top-k K)."""
+OutputSpecs = tuple[tuple[str, tuple[int, ...], torch.dtype], ...]
+
+
+def _alloc_outputs(defn, inputs: Mapping[str, torch.Tensor], plan: ShapePlan, point) -> dict[str, torch.Tensor]:
+    """Output buffers: the plan's shapes when no output follows the context (worked out once per
+    plan), else sized from the call's own tensors (dims bound by the inputs) and the definition's
+    dims for the rest (e.g. top-k K)."""
+    specs = plan.output_specs if plan.output_specs is not None else _output_specs(defn, inputs, point)
+    device = next(iter(inputs.values())).device
+    return {name: torch.empty(shape, dtype=dtype, device=device) for name, shape, dtype in specs}
+
+
+def _output_specs(defn, inputs: Mapping[str, torch.Tensor], point) -> OutputSpecs:
     from harness.opdef import DTYPES, Role  # noqa: PLC0415
 
     dims = dict(defn.dims(point))
@@ -420,9 +476,7 @@ def _alloc_outputs(defn, inputs: Mapping[str, torch.Tensor], point) -> dict[str,
         t = inputs.get(spec.name)
         if t is not None and t.dim() == len(spec.shape):
             dims.update({d: int(n) for d, n in zip(spec.shape, t.shape) if isinstance(d, str)})
-    device = next(iter(inputs.values())).device
-    return {s.name: torch.empty(s.resolve(dims), dtype=DTYPES[s.dtype], device=device)
-            for s in defn.outputs if s.role is not Role.STATE}
+    return tuple((s.name, s.resolve(dims), DTYPES[s.dtype]) for s in defn.outputs if s.role is not Role.STATE)
 
 
 def _alloc_like_reference(defn, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -433,44 +487,79 @@ def _alloc_like_reference(defn, inputs: Mapping[str, torch.Tensor]) -> dict[str,
     return {s.name: torch.empty_like(ref[s.name]) for s in defn.outputs if s.role is not Role.STATE}
 
 
-def _scope_check(defn, scope: KernelScope, info: CallInfo, inputs: Mapping[str, torch.Tensor],
-                 check_shapes: bool = True):
-    """(None, point) when the call is inside `scope`, else (reason, None)."""
-    from harness.opdef import Point  # noqa: PLC0415
+@dataclass(frozen=True)
+class ShapePlan:
+    """What a call at one (op, batch, TP, shape, state dtype) must look like: its inputs' shapes
+    at context 1 with the axes that follow the context (those that differ at context 2), the
+    input and axis to read the context length from (None for an op without one), the point, and
+    the output buffers' shapes and dtypes when none follows the context (as they do not for any op
+    of the catalogue: mla_decode's outputs are per token and head)."""
 
-    shape_name = dict(info.static).get("shape", "")
+    checks: tuple[tuple[str, tuple[int, ...], frozenset[int]], ...]
+    context_at: tuple[str, int] | None
+    point: Any                                     # harness.opdef.Point at context 1
+    output_specs: OutputSpecs | None               # None when an output's shape follows the context
+
+    def match(self, inputs: Mapping[str, torch.Tensor]) -> Any:
+        """The call's point when every input has its shape (context axes free), else None."""
+        for name, want, free in self.checks:
+            t = inputs.get(name)
+            if t is None:
+                return None
+            got = t.shape
+            if not free:
+                if got != want:                    # torch.Size is a tuple: one C comparison
+                    return None
+            elif len(got) != len(want) or any(g != w for i, (g, w) in enumerate(zip(got, want)) if i not in free):
+                return None
+        if self.context_at is None:
+            return self.point
+        name, axis = self.context_at
+        return dataclasses.replace(self.point, context=max(int(inputs[name].shape[axis]), 1))
+
+
+def _shape_plan(defn, info: CallInfo, shape_name: str, memo: dict[tuple, ShapePlan | None]) -> ShapePlan | None:
+    """The ShapePlan for the call's batch, TP, shape and state dtype, or None when the op defines
+    no such point. Memoised in `memo` (the registry's, per op and those four): the same few points
+    recur every step."""
+    from harness.opdef import DTYPES, Point, Role  # noqa: PLC0415
+
+    key = (defn.name, info.batch, info.tp, shape_name, info.state_dtype)
+    if key not in memo:
+        try:
+            at_1 = Point(batch=info.batch, tp=info.tp, context=1, shape=shape_name,
+                         state_dtype=info.state_dtype if info.state_dtype in defn.state_dtypes else defn.state_dtypes[0])
+            s1, s2 = defn.shapes(at_1), defn.shapes(dataclasses.replace(at_1, context=2))
+            checks, context_at = [], None
+            for spec in defn.inputs:
+                want, alt = tuple(s1[spec.name]), tuple(s2[spec.name])
+                free = frozenset(i for i, (a, b) in enumerate(zip(want, alt)) if a != b)
+                if free and context_at is None:
+                    context_at = (spec.name, min(free))
+                checks.append((spec.name, want, free))
+            outputs = [s for s in defn.outputs if s.role is not Role.STATE]
+            output_specs = (tuple((s.name, tuple(s1[s.name]), DTYPES[s.dtype]) for s in outputs)
+                            if all(s1[s.name] == s2[s.name] for s in outputs) else None)
+            memo[key] = ShapePlan(tuple(checks), context_at, at_1, output_specs)
+        except Exception:
+            memo[key] = None
+    return memo[key]
+
+
+def _scope_check(defn, scope: KernelScope, info: CallInfo, shape_name: str, inputs: Mapping[str, torch.Tensor],
+                 check_shapes: bool, memo: dict[tuple, ShapePlan | None]):
+    """(None, (shape plan, point)) when the call is inside `scope`, else (reason, None)."""
     outside = scope.admits(info.arch, info.tp, info.batch, info.dtype, info.state_dtype, shape_name)
     if outside is not None:
         return outside, None
     # The tensors must have the op's true per-rank shapes (a tiny test model never does).
-    try:
-        kw = dict(batch=info.batch, tp=info.tp, shape=shape_name,
-                  state_dtype=info.state_dtype if info.state_dtype in defn.state_dtypes else defn.state_dtypes[0])
-        p1, p2 = Point(context=1, **kw), Point(context=2, **kw)
-        s1, s2 = defn.shapes(p1), defn.shapes(p2)
-    except Exception:
+    plan = _shape_plan(defn, info, shape_name, memo)
+    if plan is None:
         return Reason.SHAPE, None
     if not check_shapes:
-        return None, Point(context=1, **kw)
-    for spec in defn.inputs:
-        t = inputs.get(spec.name)
-        if t is None:
-            return Reason.SHAPE, None
-        want, alt = s1[spec.name], s2[spec.name]
-        got = tuple(t.shape)
-        if len(got) != len(want) or any(g != w for g, w, a in zip(got, want, alt) if w == a):
-            return Reason.SHAPE, None
-    context = _context_of(defn, inputs, s1, s2)
-    return None, Point(context=max(context, 1), **kw)
-
-
-def _context_of(defn, inputs, s1, s2) -> int:
-    """The context length L of the call: the dim that changes between context 1 and 2."""
-    for spec in defn.inputs:
-        for i, (a, b) in enumerate(zip(s1[spec.name], s2[spec.name])):
-            if a != b:
-                return int(inputs[spec.name].shape[i])
-    return 0
+        return None, (plan, plan.point)
+    point = plan.match(inputs)
+    return (None, (plan, point)) if point is not None else (Reason.SHAPE, None)
 
 
 # ---- the process-wide registry the decoder uses -------------------------------------

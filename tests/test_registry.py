@@ -132,6 +132,96 @@ def test_an_env_kill_switch_of_real_ops_reports_no_problem(monkeypatch) -> None:
     assert k.calls == 1 and reg.errors() == {}
 
 
+def test_a_call_neither_reorders_the_entries_nor_reparses_the_kill_switch(monkeypatch) -> None:
+    """The try order is computed when the entries change and the kill switch once per value of the
+    variable, not on every dispatch (each decode step dispatches every op of every layer)."""
+    sorts, parses = [], []
+    real_sort, real_unknown = reg_mod.by_specificity, reg_mod._unknown_ops
+    monkeypatch.setattr(reg_mod, "by_specificity", lambda es: sorts.append(1) or real_sort(es))
+    monkeypatch.setattr(reg_mod, "_unknown_ops", lambda names: parses.append(1) or real_unknown(names))
+    reg_mod._env_state.cache_clear()
+    reg, k = Registry(), MarkingKernel()
+    reg.register(OP, CPU_SCOPE, k)
+    reg.register(OP, KernelScope(archs=("cpu",), tp=(8,), batch=(1, 2), dtypes=("bf16",)), k, candidate="narrow")
+    monkeypatch.setenv(reg_mod.ENV_DISABLE, "rmsnorm")
+    for _ in range(5):
+        reg.run(OP, _inputs(1), tp=8)
+    assert k.calls == 5 and len(sorts) == 2 and len(parses) == 1
+    assert [e.candidate for e in reg.entries(OP)] == ["narrow", "direct"]
+    reg.unregister(OP, "narrow")
+    assert [e.candidate for e in reg.entries(OP)] == ["direct"]
+    monkeypatch.setenv(reg_mod.ENV_DISABLE, "moe_router")             # a new value: parsed, and obeyed
+    reg.run(OP, _inputs(1), tp=8)
+    assert k.calls == 5 and len(parses) == 2
+
+
+def test_shapes_are_worked_out_once_per_point_and_still_checked_on_every_call(monkeypatch) -> None:
+    """The expected input shapes and the output buffers' shapes are worked out once per op and point
+    (one ShapePlan), the tensors themselves checked against them on every call: a wrong shape after
+    a right one at the same point still falls back."""
+    from harness.opdef import OpDefinition
+
+    shapes_calls, specs_calls = [], []
+    real_shapes, real_specs = OpDefinition.shapes, reg_mod._output_specs
+    monkeypatch.setattr(OpDefinition, "shapes", lambda self, p: shapes_calls.append(p) or real_shapes(self, p))
+    monkeypatch.setattr(reg_mod, "_output_specs", lambda *a: specs_calls.append(1) or real_specs(*a))
+    reg, k = Registry(), MarkingKernel()
+    reg.register(OP, CPU_SCOPE, k)
+    for _ in range(4):
+        out = reg.run(OP, _inputs(2), tp=8)
+        assert out["topk_weights"].shape == (2, 16) and out["topk_ids"].dtype == torch.int32
+    assert k.calls == 4 and len(shapes_calls) == 2 and not specs_calls    # contexts 1 and 2, once
+    bad = _inputs(2)
+    bad["x"] = bad["x"][:, :1024].contiguous()
+    bad["router_weight"] = bad["router_weight"][:, :1024].contiguous()
+    reg.run(OP, bad, tp=8)
+    short = _inputs(2)
+    short["e_score_bias"] = short["e_score_bias"][None]                # one dim too many
+    reg.run(OP, short, tp=8)
+    out = reg.run(OP, _inputs(4), tp=8)                                # another point: worked out anew
+    assert out["topk_weights"].shape == (4, 16)
+    assert k.calls == 5 and len(shapes_calls) == 4 and len(reg._shapes) == 2
+    assert reg.counters() == {_key(Outcome.KERNEL, Reason.IN_SCOPE): 5, _key(Outcome.FALLBACK, Reason.SHAPE): 2}
+
+
+def _output_shapes_seen(defn, reg: Registry, contexts) -> list[dict[str, tuple[int, ...]]]:
+    """The output buffers' shapes a kernel registered for `defn` at TP8 B=2 is handed, per context."""
+    seen = []
+
+    def kernel(**t):
+        seen.append({n: tuple(v.shape) for n, v in t.items() if defn.spec(n).role.name == "OUTPUT"})
+    reg.register(defn.name, KernelScope(archs=("cpu",), tp=(8,), batch=(1, 4), dtypes=("bf16",)), kernel)
+    for ctx in contexts:
+        inp = defn.make_inputs(Point(batch=2, context=ctx), torch.Generator().manual_seed(ctx), "cpu")
+        reg.run(defn.name, inp, tp=8)
+    return seen
+
+
+def test_an_op_with_a_context_axis_gets_one_plan_and_its_outputs_fit_each_call() -> None:
+    """mla_decode's inputs grow with the context, its outputs do not: one ShapePlan serves every
+    context (the memo does not grow by an entry a decode step), and every call's buffers fit."""
+    defn, reg = reference_impls.get("mla_decode"), Registry()
+    seen = _output_shapes_seen(defn, reg, (100, 101, 4096))
+    want = [{n: s for n, s in defn.shapes(Point(batch=2, context=c)).items() if n in seen[0]} for c in (100, 101, 4096)]
+    assert seen == want and len(reg._shapes) == 1
+    assert reg.counters() == {TraceKey("mla_decode", Outcome.KERNEL, Reason.IN_SCOPE): 3}
+
+
+def test_an_output_that_follows_the_context_is_sized_per_call(monkeypatch) -> None:
+    """No op of the catalogue has one, but an output whose shape follows the context is sized from
+    each call's tensors, not from the plan's context-1 point."""
+    import dataclasses
+
+    from harness.opdef import Role, TensorSpec
+
+    base = reference_impls.get("mla_decode")
+    grown = dataclasses.replace(base, outputs=base.outputs + (TensorSpec("probs", ("B", "L"), "fp32", Role.OUTPUT),))
+    monkeypatch.setattr(reference_impls, "get", lambda op: grown if op == "mla_decode" else base)
+    seen = _output_shapes_seen(grown, Registry(), (100, 101))
+    assert [s["probs"] for s in seen] == [(2, 100), (2, 101)]
+    assert [s["lat"] for s in seen] == [grown.shapes(Point(batch=2, context=100))["lat"]] * 2
+
+
 def test_disable_refuses_a_name_that_is_no_op() -> None:
     reg = Registry()
     with pytest.raises(ValueError, match="moe_routr"):
@@ -191,3 +281,19 @@ def test_missing_toolchain_is_an_error_fallback_not_a_crash(tmp_path):
 def test_counter_rows_round_trip():
     counts = {_key(Outcome.KERNEL, Reason.IN_SCOPE): 3, _key(Outcome.FALLBACK, Reason.BATCH): 1}
     assert reg_mod.rows_to_counters(json.loads(json.dumps(reg_mod.counter_rows(counts)))) == counts
+
+
+def test_the_state_dtype_is_read_off_the_state_and_routes_the_call() -> None:
+    """kda_decode holds fp32 or bf16 state: the call's state dtype is its `state` tensor's, a kernel
+    scoped to bf16 state runs only on those calls (the others fall back with reason dtype), and the
+    state comes back with the outputs."""
+    defn, reg, calls = reference_impls.get("kda_decode"), Registry(), []
+    reg.register("kda_decode", KernelScope(archs=("cpu",), tp=(8,), batch=(1, 4), dtypes=("bf16",),
+                                           state_dtypes=("bf16",)), lambda **t: calls.append(t["state"].dtype))
+    inputs = {sd: defn.make_inputs(Point(batch=2, state_dtype=sd), torch.Generator().manual_seed(0), "cpu")
+              for sd in ("bf16", "fp32")}
+    out = reg.run("kda_decode", inputs["bf16"], tp=8)
+    reg.run("kda_decode", inputs["fp32"], tp=8)
+    assert calls == [torch.bfloat16] and out["state"] is inputs["bf16"]["state"]
+    assert reg.counters() == {TraceKey("kda_decode", Outcome.KERNEL, Reason.IN_SCOPE): 1,
+                              TraceKey("kda_decode", Outcome.FALLBACK, Reason.DTYPE): 1}

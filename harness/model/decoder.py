@@ -129,6 +129,7 @@ class K3Decoder:
     @torch.no_grad()
     def finish(self, st: "StepState", cache: DecodeCache) -> torch.Tensor:
         if self.cfg.residual is Residual.ADD_NORM:
+            assert st.residual is not None          # set by layer 0 (_layer_add_norm)
             h, _ = self._add_norm("final_add_norm", st.delta, st.residual, self.w["final_norm"])
             cache.lens.copy_(st.new_lens)
             return self._lm_head(h)
@@ -145,6 +146,7 @@ class K3Decoder:
             h = self._run("rmsnorm", p + "attn_norm", x=st.x, weight=w[p + "attn_norm"])["out"]
             st.residual = st.x
         else:
+            assert st.residual is not None
             h, st.residual = self._add_norm(p + "attn_add_norm", st.delta, st.residual, w[p + "attn_norm"])
         a = self._mla(h, i, cache, st.new_lens) if cfg.is_mla(i) else self._kda(h, i, cache)
         h, st.residual = self._add_norm(p + "mlp_add_norm", a, st.residual, w[p + "mlp_norm"])

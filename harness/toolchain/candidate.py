@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import re
-import tempfile
+import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -213,7 +213,8 @@ def create_candidate(op: str, source: str, scope: Scope, provenance: Provenance,
     if final.is_dir():
         return load_candidate(op, final)
     base.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{cid}.", dir=base))
+    tmp = base / f".{cid}.{uuid.uuid4().hex}"   # mkdir, not mkdtemp: the umask's mode (mkdtemp's 0700 kept drafts from the group)
+    tmp.mkdir()
     (tmp / KERNEL_FILE).write_text(source)
     meta = {"op": op, "id": cid, "scope": scope.to_json(), "provenance": asdict(provenance)}
     (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")

@@ -192,7 +192,7 @@ def run_job(job: dict[str, Any], timeout_s: float, env_extra: dict[str, str] | N
     sig = signal.Signals(-code).name if code is not None and code < 0 else None
     # The child had no secrets in its environment, but it can read its parent's
     # (/proc/<ppid>/environ): everything it says passes through the scrubber.
-    base = dict(exit_code=None if timed_out else code, signal_name=None if timed_out else sig,
+    base: dict[str, Any] = dict(exit_code=None if timed_out else code, signal_name=None if timed_out else sig,
                 timed_out=timed_out, wall_s=wall_s, stdout=scrub(out.text()), stderr=scrub(err.text()),
                 stdout_bytes=out.total, stderr_bytes=err.total, pgid=pgid)
     if timed_out:

@@ -24,7 +24,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 L2_ROTATION_FACTOR = 3.0     # rotated bytes >= 3 x L2: each call's data was evicted since its last use
 MAX_COPIES = 64
@@ -144,7 +144,7 @@ def measure_bandwidth(n_bytes: int = COPY_BENCH_BYTES, repeats: int = 20) -> flo
     return 2 * n_bytes / (statistics.median(times_us) * 1e-6)
 
 
-def capture_graph(fn: Callable[[int], None], n_sets: int, calls: int, warmup: int = 3,
+def capture_graph(fn: Callable[[int], object], n_sets: int, calls: int, warmup: int = 3,
                   separator: Callable[[], None] | None = None):
     """Warm `fn(set_index)` up on a side stream, then capture `calls` calls cycling through
     the sets into one CUDA graph; `separator()` (if given) is captured before each call."""
@@ -175,7 +175,7 @@ def capture_graph(fn: Callable[[int], None], n_sets: int, calls: int, warmup: in
 SEPARATOR = "_separator"          # the separator alone, timed with the others, then subtracted
 
 
-def time_interleaved(impls: dict[str, Callable[[int], None]], n_sets: int, calls_per_graph: int = 100,
+def time_interleaved(impls: Mapping[str, Callable[[int], object]], n_sets: int, calls_per_graph: int = 100,
                      rounds: int = 10, warmup: int = 3, separate: bool = True) -> dict[str, TimingStats]:
     """Time each implementation `fn(set_index)` by CUDA-graph replay, interleaved A B B A.
     Each replay runs graph_calls(calls_per_graph, n_sets) calls (every set at least once); a
@@ -186,8 +186,13 @@ def time_interleaved(impls: dict[str, Callable[[int], None]], n_sets: int, calls
 
     calls_per_graph = graph_calls(calls_per_graph, n_sets)
 
-    sep_buf = torch.zeros(1, dtype=torch.int32, device="cuda") if separate else None
-    separator = (lambda: sep_buf.add_(1)) if separate else None
+    separator: Callable[[], None] | None = None
+    if separate:
+        sep_buf = torch.zeros(1, dtype=torch.int32, device="cuda")
+
+        def bump() -> None:
+            sep_buf.add_(1)
+        separator = bump
     runs = dict(impls)
     if separate:
         if SEPARATOR in runs:

@@ -23,6 +23,21 @@ def test_create_load_roundtrip_and_content_id(tmp_path):
     assert candidate_id(SRC + "\n", scope) != c.id
 
 
+def test_a_new_candidate_folder_takes_the_umask_not_0700(tmp_path):
+    """Drafts were created by tempfile.mkdtemp and renamed into place, so their folders came out
+    drwx------ (the router candidate 1c5dd5 in session 42): unreadable to the group that reviews them."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        c = create_candidate("moe_router", SRC, Scope(tp=(8,)), Provenance(), root=tmp_path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(c.path.stat().st_mode) == 0o755
+    assert [p.name for p in c.path.parent.iterdir()] == [c.id]      # no temporary folder left behind
+
+
 def test_tampered_kernel_is_refused(tmp_path):
     c = create_candidate("moe_router", SRC, Scope(), Provenance(), root=tmp_path)
     (c.path / "kernel.py").write_text(SRC + "# edited\n")
