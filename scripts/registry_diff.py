@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Iterator
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 OPS_ALL = "all"
@@ -145,19 +146,13 @@ def record(ops: list[str], n_points: int) -> list[list[Any]]:
     if "kda_decode" in ops:
         defn = reference_impls.get("kda_decode")
         inputs = defn.make_inputs(Point(batch=2), torch.Generator().manual_seed(0), "cpu")
-        before = os.environ.get("HARNESS_DISABLE_KERNELS")
-        try:
+        with mock.patch.dict(os.environ):             # the kill switch's value restored afterwards
             for value in ("kda_decode", "all", "no_such_op", "moe_router,kda_decode", ""):
                 os.environ["HARNESS_DISABLE_KERNELS"] = value
                 reg = Registry()
                 reg.register("kda_decode", KernelScope(archs=("cpu",), tp=(), batch=(1, 64), dtypes=("bf16",)), _kernel)
                 reg.run("kda_decode", inputs, tp=8)
                 rows.append(["kda_decode", "env", value, counts(reg), sorted(reg.errors().items())])
-        finally:
-            if before is None:
-                os.environ.pop("HARNESS_DISABLE_KERNELS", None)
-            else:
-                os.environ["HARNESS_DISABLE_KERNELS"] = before
     return rows
 
 

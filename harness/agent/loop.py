@@ -148,7 +148,7 @@ class Optimizer:
         if waiting:
             reason = StopReason.TIME.value
             self._emit(EventKind.STOPPED, f"stopped: {reason}; not evaluated: {', '.join(waiting)} "
-                       f"(harness optimize --op {self.cfg.op} --resume {self.log.folder.name})",
+                       f"({self._resume_command()})",
                        reason=reason, round=r, not_evaluated=waiting)
             return False
         best = self.state.ranked()[0] if self.state.ranked() else None
@@ -266,13 +266,20 @@ class Optimizer:
                         # a GPU evaluation takes tens of seconds: none starts past --time-limit;
                         # the draft stays unscored for --resume (the round is not finished)
                         continue
-                    info = self.stages.evaluate(cands[cid])
-                    self._emit(EventKind.STAGE, f"{cid}: evaluate {info.verdict}", id=cid, stage="evaluate",
-                               result=asdict(info))
+                    self._evaluate(cid, cands[cid])
             if not self.state.has_stage(cid, "score"):
-                score, kind = self._score(rec)
-                self._emit(EventKind.STAGE, "", id=cid, stage="score",
-                           result={"score": score, "kind": kind.value if kind else None})
+                self._rescore(cid)
+
+    def _evaluate(self, cid: str, cand) -> None:
+        """The GPU stage of one candidate, logged (its result replaces any earlier one on replay)."""
+        info = self.stages.evaluate(cand)
+        self._emit(EventKind.STAGE, f"{cid}: evaluate {info.verdict}", id=cid, stage="evaluate",
+                   result=asdict(info))
+
+    def _rescore(self, cid: str) -> None:
+        """Score a candidate from its stages so far, logged."""
+        score, kind = self._score(self.state.records[cid])
+        self._emit(EventKind.STAGE, "", id=cid, stage="score", result={"score": score, "kind": kind.value if kind else None})
 
     def _measure_deferred(self) -> None:
         """On a machine with a GPU, evaluate the drafts that a run without one compiled for every
@@ -295,16 +302,14 @@ class Optimizer:
             if self.budget.time_up():
                 left = ids[n:]
                 self._emit(EventKind.STOPPED, f"stopped: {StopReason.TIME.value}; not measured: {', '.join(left)} "
-                           f"(harness optimize --op {self.cfg.op} --resume {self.log.folder.name})",
+                           f"({self._resume_command()})",
                            reason=StopReason.TIME.value, not_evaluated=left)
                 return
-            info = self.stages.evaluate(load_candidate(self.cfg.op, cid))
-            self._emit(EventKind.STAGE, f"{cid}: evaluate {info.verdict}", id=cid, stage="evaluate", result=asdict(info))
-            score, kind = self._score(self.state.records[cid])
-            self._emit(EventKind.STAGE, "", id=cid, stage="score", result={"score": score, "kind": kind.value if kind else None})
+            self._evaluate(cid, load_candidate(self.cfg.op, cid))
+            self._rescore(cid)
 
     def _resume_command(self) -> str:
-        return f"`harness optimize --op {self.cfg.op} --resume {self.log.folder.name}`"
+        return f"harness optimize --op {self.cfg.op} --resume {self.log.folder.name}"
 
     def compile_workers(self) -> int:
         """Compiles the stage runs at once: --config's compile_workers, else the toolchain's
@@ -341,7 +346,7 @@ class Optimizer:
                 why = ("no candidate was verified on a GPU (GPU stages not run on this machine)"
                        if not self.stages.has_gpu else "no candidate passed evaluation")
                 if (n := len(self.state.deferred())) and not self.stages.has_gpu:
-                    why += f"; on a machine with a GPU, {self._resume_command()} measures the {n} compiled drafts"
+                    why += f"; on a machine with a GPU, `{self._resume_command()}` measures the {n} compiled drafts"
                 self._emit(EventKind.GATES, f"gates not run: {why}", candidate=None, ran=False, reason=why)
             elif not self.cfg.run_gates:
                 self._emit(EventKind.GATES, "gates skipped", candidate=best.id, ran=False, reason="disabled")

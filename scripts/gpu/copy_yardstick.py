@@ -38,13 +38,8 @@ def main() -> None:
         n = bk.copy_elems(moved)
         sets = bk.rotation_count(8 * n)
         src, dst = bk.copy_buffers(moved, sets)
-        def memcpy_call(i: int, src=src, dst=dst) -> None:
-            dst[i].copy_(src[i])
-
-        def sm_copy(i: int, src=src, dst=dst) -> None:
-            torch.neg(src[i], out=dst[i])
-
-        stats = timing.time_interleaved({"memcpy": memcpy_call, "sm": sm_copy},
+        stats = timing.time_interleaved({"memcpy": lambda i: dst[i].copy_(src[i]),
+                                         "sm": lambda i: torch.neg(src[i], out=dst[i])},
                                         sets, calls_per_graph=bk.CALLS_PER_GRAPH, rounds=a.rounds)
         mc, sm = stats["memcpy"].median_us, stats["sm"].median_us
         rows.append({"moved_bytes": 8 * n, "memcpy_us": mc, "sm_us": sm, "sets": sets})

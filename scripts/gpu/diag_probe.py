@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -138,10 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
             except Exception as exc:  # noqa: BLE001 - recorded; the other variants still run
                 entries[lab] = {"ok": False, "error": error_text(exc)}
         sets, outs = rotated_sets(defn, pt, a.max_copies)
-        # fn(set index); each lambda binds its module and compiled kernel as defaults
-        impls: dict[str, Callable[..., None]] = {
-            lab: (lambda i, m=mods[lab], c=c: m.launch(c, **kernel_tensors(defn, sets[i], outs[i])))
-            for lab, c in runnable.items()}
+        impls = {lab: (lambda i, m=mods[lab], c=c: m.launch(c, **kernel_tensors(defn, sets[i], outs[i])))
+                 for lab, c in runnable.items()}
         st = time_interleaved(impls, len(sets), calls_per_graph=CALLS_PER_GRAPH, rounds=a.rounds) if impls else {}
         rel = ratios({lab: s.median_us for lab, s in st.items()}) if st else {}
         for lab, s in st.items():

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -93,8 +92,7 @@ def time_shapes(shapes, rounds: int) -> dict:
 
     from harness.toolchain import timing
 
-    impls: dict[str, Callable[..., None]] = {}        # fn(set index), the kernel and buffers bound as defaults
-    bufs = {}
+    impls, bufs = {}, {}
     for s in shapes:
         compiled = build(s)
         bufs[s.name] = [torch.zeros(s.ctas, 8, dtype=torch.int16, device="cuda") for _ in range(2)]

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -109,8 +108,7 @@ def time_probes(probes, batch: int, rounds: int) -> dict:
 
     from harness.toolchain import timing
 
-    impls: dict[str, Callable[..., None]] = {}        # fn(set index), the kernel and buffers bound as defaults
-    bufs = {}
+    impls, bufs = {}, {}
     for p in probes:
         compiled = build(p)
         tdt = torch.float32 if p.dtype == "fp32" else torch.bfloat16
