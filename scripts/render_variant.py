@@ -5,6 +5,7 @@ candidate for a GPU bench (CPU only: renders and writes the folder, compiles not
     python scripts/render_variant.py kda_decode 8d9661 --set mid_v_split=2 --out /tmp/scratch --json
     python scripts/render_variant.py attn_res 6f6818 --set small_cs=14 --set small_threads=64 \
         --outside-space --out /tmp/scratch
+    python scripts/render_variant.py skinny_gemm 268009 --scope 'shapes=["mla_g_proj","kda_o_proj"]'
 
 The base is a committed candidate rendered from a template family (its provenance names the
 family and params). Each --set KEY=VALUE replaces one param: VALUE is read as JSON (2, true,
@@ -12,7 +13,8 @@ family and params). Each --set KEY=VALUE replaces one param: VALUE is read as JS
 --outside-space: then only the params' names are checked (a study of a value the space does not
 list yet, e.g. session 40's 14-CTA attn_res clusters; the template's own asserts still apply when
 the kernel is imported). It is written as kernels_generated/<op>/<id>/ (or under --out), with
-human provenance and the base's scope. Its id hashes the source and scope, so rendering the same
+human provenance and the base's scope, or that scope with the keys each --scope KEY=VALUE replaces
+(within the family's scope: e.g. the same GEMM kernel at other named shapes). Its id hashes the source and scope, so rendering the same
 variant twice gives the same folder. Prints the id.
 
 Use: candidates that only a GPU can judge, for one bench, without committing them (committed
@@ -45,9 +47,29 @@ def parse_sets(pairs: list[str]) -> dict:
     return out
 
 
-def render_variant(op: str, base: str, sets: dict, root: Path | None = None, outside_space: bool = False):
+def variant_scope(base_scope: dict, family_scope: dict, scope_sets: dict) -> dict:
+    """The base's scope with scope_sets' keys replaced; each new value must lie within the family's
+    scope (a batch range inside its range, a list a subset of its list)."""
+    scope = dict(base_scope)
+    for key, val in scope_sets.items():
+        if key not in family_scope:
+            raise ValueError(f"no scope key '{key}' (keys: {', '.join(sorted(family_scope))})")
+        wide = family_scope[key]
+        if key == "batch":
+            ok = isinstance(val, list) and len(val) == 2 and wide[0] <= val[0] <= val[1] <= wide[1]
+        else:
+            ok = isinstance(val, list) and bool(val) and set(val) <= set(wide)
+        if not ok:
+            raise ValueError(f"scope {key}={val} is not within the family's {key}={wide}")
+        scope[key] = list(val)
+    return scope
+
+
+def render_variant(op: str, base: str, sets: dict, root: Path | None = None, outside_space: bool = False,
+                   scope_sets: dict | None = None):
     """The variant's Candidate (written under root/<op>/, default kernels_generated/). With
-    outside_space the point need not lie in the family's declared space."""
+    outside_space the point need not lie in the family's declared space; scope_sets replaces keys
+    of the base's scope (within the family's), e.g. {"shapes": ["mla_g_proj"]}."""
     from harness.agent.families import load_family
     from harness.toolchain.candidate import Provenance, Scope, create_candidate, list_candidates
 
@@ -66,7 +88,8 @@ def render_variant(op: str, base: str, sets: dict, root: Path | None = None, out
     params.update(sets)
     source = fam.render(params, check_space=not outside_space)   # ValueError when outside the space
     prov = Provenance(author="human", parent=cand.id, template={"family": fam.name, "params": params})
-    return create_candidate(op, source, Scope.from_json(cand.scope.to_json()), prov, root=root)
+    scope = variant_scope(cand.scope.to_json(), fam.scope, scope_sets or {})
+    return create_candidate(op, source, Scope.from_json(scope), prov, root=root)
 
 
 def main() -> int:
@@ -74,6 +97,9 @@ def main() -> int:
     ap.add_argument("op")
     ap.add_argument("base", help="id (or prefix) of a committed templated candidate")
     ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--scope", dest="scope_sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="replace a key of the base's scope, within the family's (VALUE as JSON, e.g. "
+                         "'shapes=[\"mla_g_proj\"]' or 'batch=[1,8]')")
     ap.add_argument("--out", type=Path, default=None, help="root for <op>/<id>/ (default: kernels_generated)")
     ap.add_argument("--outside-space", action="store_true",
                     help="render a point the family's space does not list (a study; never a committed candidate)")
@@ -82,7 +108,7 @@ def main() -> int:
     from harness.errors import UserError
 
     try:
-        cand = render_variant(a.op, a.base, parse_sets(a.sets), a.out, a.outside_space)
+        cand = render_variant(a.op, a.base, parse_sets(a.sets), a.out, a.outside_space, parse_sets(a.scope_sets))
     except (ValueError, UserError) as e:
         print(f"render_variant: {e}", file=sys.stderr)
         return 2
