@@ -83,3 +83,19 @@ def test_cli_outside_space_flag(tmp_path):
              "--out", str(tmp_path), "--json")
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["params"]["small_cs"] == 14
+
+
+def test_scope_replaces_keys_of_the_base_scope_within_the_family(rv, tmp_path):
+    """--scope: skinny 268009 at two other named shapes is the same kernel under another scope (another
+    id); a shape or batch range outside the family's scope, or an unknown key, is refused."""
+    base = ROOT / "kernels_generated/skinny_gemm/268009f21621"
+    cand = rv.render_variant("skinny_gemm", "268009", {}, root=tmp_path,
+                             scope_sets={"shapes": ["mla_g_proj", "kda_o_proj"]})
+    assert cand.kernel_path.read_text() == (base / "kernel.py").read_text()
+    assert list(cand.scope.shapes) == ["mla_g_proj", "kda_o_proj"] and list(cand.scope.batch) == [1, 8]
+    assert cand.id != "268009f21621"
+    for bad, match in (({"shapes": ["nope"]}, "not within"), ({"batch": [1, 128]}, "not within"),
+                       ({"shapes": []}, "not within"), ({"colour": ["red"]}, "no scope key")):
+        with pytest.raises(ValueError, match=match):
+            rv.render_variant("skinny_gemm", "268009", {}, root=tmp_path, scope_sets=bad)
+    assert len(list((tmp_path / "skinny_gemm").iterdir())) == 1
