@@ -20,7 +20,10 @@ replaces one whose inputs rotated past it), and judges the issue's targets there
            into the shared-expert path if that measures faster"
 
 and lists the points of the kernel's scope (B in 1, 2, 4, ..., 64) that no run measured (a point
-whose tensors have the shapes of a measured one counts as measured: TP16 of a replicated op). Only
+whose tensors have the shapes of a measured one counts as measured: TP16 of a replicated op).
+After an op's cards, a coverage line says at how many points of the op's whole sweep (TP 8 and 16,
+every sweep batch, each named shape and state dtype) any promoted kernel of it runs, and names the
+shapes and batches left to the reference (a card judges only its own kernel's scope). Only
 the lent H200's runs are committed, so every number is an H200 number.
 
 Each point's floor target is also judged reachable or not: bench_kernels.py's CUDA-graph timing
@@ -382,6 +385,65 @@ def _kept_by(entry: dict, tried: list[Any]) -> dict[Point, str]:
 
 
 @dataclass
+class Coverage:
+    """Where an op's promoted kernels run at all: the op's sweep (TP 8 and 16, every sweep batch,
+    each of its named shapes and state dtypes) against the points where the registry would call one
+    of its promoted kernels on the H200. Everything else runs the reference (for skinny_gemm that is
+    cuBLAS). A card judges only its own kernel's scope; this says how much of the op that scope is."""
+    op: str
+    points: int
+    covered: int
+    shapes: list[str] = field(default_factory=list)            # the op's named shapes ([] for none)
+    uncovered_shapes: list[str] = field(default_factory=list)  # named shapes no promoted kernel runs at, at any point
+    uncovered_batches: list[int] = field(default_factory=list)  # batches no promoted kernel runs at, at any point
+
+
+def op_sweep(op: str) -> list[Point]:
+    """The op's whole sweep: TP 8 and 16 x every sweep batch x its named shapes x its state dtypes."""
+    import reference_impls
+
+    defn = reference_impls.get(op)
+    shapes = list(defn.extra.get("shape_names", ())) or [""]
+    states = list(defn.state_dtypes) if len(defn.state_dtypes) > 1 else [""]
+    return [Point(tp, b, sh, sd) for tp in (8, 16) for b in SWEEP_BATCHES for sh in shapes for sd in states]
+
+
+def coverage(op: str, tried: list[Any]) -> Coverage:
+    """`tried`: the op's promoted entries (promotion.kernel_entries(manifest)[op])."""
+    import reference_impls
+
+    sweep = op_sweep(op)
+    on = {p for p in sweep if any(_runs_at(k.scope, p) for k in tried)}
+    shapes = list(reference_impls.get(op).extra.get("shape_names", ()))
+    return Coverage(op, len(sweep), len(on), shapes,
+                    [sh for sh in shapes if not any(p.shape == sh for p in on)],
+                    [b for b in SWEEP_BATCHES if not any(p.batch == b for p in on)])
+
+
+def coverage_line(c: Coverage) -> str:
+    """One line: how many of the sweep's points run a promoted kernel, and what runs the reference."""
+    dims = "TP 8, 16 x B 1..64" + (f" x {len(c.shapes)} shapes" if c.shapes else "")
+    line = f"{c.op} coverage: its promoted kernels run at {c.covered} of the {c.points} points of the op's sweep ({dims})"
+    if c.covered == c.points:
+        return line + ": all of them"
+    gaps = []
+    if c.uncovered_shapes:
+        gaps.append(f"every point of {', '.join(c.uncovered_shapes)}")
+    if c.uncovered_batches:
+        gaps.append(f"B = {', '.join(map(str, c.uncovered_batches))} at every shape" if c.shapes
+                    else f"B = {', '.join(map(str, c.uncovered_batches))}")
+    return line + "; the reference runs at the rest" + (f" ({'; '.join(gaps)})" if gaps else "")
+
+
+def coverages(root: Path = ROOT, ops: list[str] | None = None) -> list[Coverage]:
+    """One Coverage per op with a promoted kernel (or per op of `ops`)."""
+    from harness.promotion import kernel_entries, read_manifest
+
+    tried = kernel_entries(read_manifest(root))
+    return [coverage(op, tried[op]) for op in sorted(tried) if not ops or op in ops]
+
+
+@dataclass
 class LayerRow:
     batch: int
     layer: int
@@ -584,9 +646,15 @@ def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None
     layers = [] if ops else layer_tables(root, files=files)
     if not cards and not layers:
         raise ScorecardError("nothing to judge: no promoted kernel in kernels_generated/promoted.json and no per-layer benchmark")
+    covers = {c.op: c for c in coverages(root, ops)}
     if as_json:
-        return json.dumps({"ops": [asdict(c) for c in cards], "layers": [asdict(t) for t in layers]}, indent=1)
-    return "\n\n".join([render(c) for c in cards] + [render_layers(t) for t in layers])
+        return json.dumps({"ops": [asdict(c) for c in cards], "coverage": [asdict(c) for c in covers.values()],
+                           "layers": [asdict(t) for t in layers]}, indent=1)
+    texts = []
+    for i, c in enumerate(cards):                        # an op's coverage line after its last card
+        texts.append(render(c) + (f"\n{coverage_line(covers[c.op])}" if c.op in covers and
+                                  (i + 1 == len(cards) or cards[i + 1].op != c.op) else ""))
+    return "\n\n".join(texts + [render_layers(t) for t in layers])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -462,3 +462,39 @@ def test_an_eager_reference_on_fewer_rotated_sets_is_marked(sc, tmp_path):
     _bench(res / "a.json", rows)
     [c] = sc.scorecards(tmp_path, res)
     assert sc.EAGER_L2_LEGEND not in sc.render(c).splitlines()
+
+
+def test_coverage_counts_the_op_sweep_points_its_promoted_kernels_run_at(sc):
+    """Two skinny kernels (every shape at B 1..8 at TP8; mla_g_proj at B 1..64 at both TPs) leave
+    the rest of the op's sweep (2 TPs x 7 batches x 13 shapes = 182 points) to the reference, and
+    the line names the shapes and batches no kernel runs at; one kernel over the whole sweep of an
+    op without shapes covers it all."""
+    from harness.registry import KernelEntry, KernelScope
+
+    def entry(cid, **scope):
+        return KernelEntry("skinny_gemm", cid, KernelScope.from_json(
+            {"archs": ["sm_90a"], "tp": [8], "batch": [1, 8], "dtypes": ["bf16"], "state_dtypes": [], "shapes": [],
+             **scope}))
+
+    names = list(__import__("reference_impls").get("skinny_gemm").extra["shape_names"])
+    c = sc.coverage("skinny_gemm", [entry("a", shapes=names[:-2]), entry("b", shapes=["mla_g_proj"], tp=[8, 16], batch=[1, 64])])
+    assert c.points == 2 * 7 * 13
+    assert c.covered == 4 * (13 - 2) + 2 * 7 - 4          # TP8 B 1..8 of 11 shapes, mla_g_proj everywhere (its TP8 B<=8 counted once)
+    assert c.uncovered_shapes == names[-2:] and c.uncovered_batches == []
+    line = sc.coverage_line(c)
+    assert f"run at {c.covered} of the 182 points" in line and f"every point of {names[-2]}, {names[-1]}" in line
+    narrow = sc.coverage("skinny_gemm", [entry("a", shapes=["latent_down"])])
+    assert narrow.uncovered_batches == [16, 32, 64] and "B = 16, 32, 64 at every shape" in sc.coverage_line(narrow)
+    whole = sc.coverage("situ_and_mul", [KernelEntry("situ_and_mul", "s", KernelScope.from_json(
+        {"archs": ["sm_90a"], "tp": [8, 16], "batch": [1, 64], "dtypes": ["bf16"], "state_dtypes": [], "shapes": []}))])
+    assert (whole.points, whole.covered) == (14, 14) and sc.coverage_line(whole).endswith("all of them")
+
+
+def test_the_report_says_each_ops_coverage_after_its_cards():
+    p = subprocess.run([sys.executable, str(ROOT / "scripts" / "scorecard.py"), "--op", "skinny_gemm"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 0 and p.stdout.count("skinny_gemm coverage: ") == 1
+    assert p.stdout.rstrip().splitlines()[-1].startswith("skinny_gemm coverage: ")
+    j = json.loads(subprocess.run([sys.executable, str(ROOT / "scripts" / "scorecard.py"), "--op", "skinny_gemm", "--json"],
+                                  capture_output=True, text=True, cwd=ROOT).stdout)
+    assert [c["op"] for c in j["coverage"]] == ["skinny_gemm"] and j["coverage"][0]["points"] == 182
