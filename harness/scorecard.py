@@ -398,23 +398,29 @@ class Coverage:
     uncovered_batches: list[int] = field(default_factory=list)  # batches no promoted kernel runs at, at any point
 
 
+def shape_names(op: str) -> list[str]:
+    """The named shapes an op declares (skinny_gemm's GEMMs, attn_res's nb1..nb8), [] for none."""
+    import reference_impls
+
+    names = reference_impls.get(op).extra.get("shape_names", ())
+    return [str(n) for n in names] if isinstance(names, (list, tuple)) else []
+
+
 def op_sweep(op: str) -> list[Point]:
     """The op's whole sweep: TP 8 and 16 x every sweep batch x its named shapes x its state dtypes."""
     import reference_impls
 
     defn = reference_impls.get(op)
-    shapes = list(defn.extra.get("shape_names", ())) or [""]
+    shapes = shape_names(op) or [""]
     states = list(defn.state_dtypes) if len(defn.state_dtypes) > 1 else [""]
     return [Point(tp, b, sh, sd) for tp in (8, 16) for b in SWEEP_BATCHES for sh in shapes for sd in states]
 
 
 def coverage(op: str, tried: list[Any]) -> Coverage:
     """`tried`: the op's promoted entries (promotion.kernel_entries(manifest)[op])."""
-    import reference_impls
-
     sweep = op_sweep(op)
     on = {p for p in sweep if any(_runs_at(k.scope, p) for k in tried)}
-    shapes = list(reference_impls.get(op).extra.get("shape_names", ()))
+    shapes = shape_names(op)
     return Coverage(op, len(sweep), len(on), shapes,
                     [sh for sh in shapes if not any(p.shape == sh for p in on)],
                     [b for b in SWEEP_BATCHES if not any(p.batch == b for p in on)])
