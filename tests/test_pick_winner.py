@@ -75,3 +75,24 @@ def test_session19_mid_plan_falls_short_over_kda_scope(pw):
     rec = json.loads(lzma.open(ROOT / "results/h200/session19/bench_kda_mid.json.xz").read())["ops"]["kda_decode"]
     assert pw.pick(rec, "8d9661", min_geomean=1.04)[0] == "d5a02a202445"
     assert pw.pick(rec, "8d9661", min_geomean=1.04, scope_points=28)[0] is None
+
+
+def test_per_shape_against_cublas_names_the_shapes_each_candidate_wins(pw):
+    """Against the cuBLAS column: a shape counts for a candidate only where it is >= shape_min faster
+    at every batch; shapes won at one TP only are named apart (a scope is TPs x shapes)."""
+    def row(shape, tp, b, cublas, **cands):
+        return {"shape": shape, "tp": tp, "batch": b,
+                "times": {"cublas": {"median_us": cublas}, **{k: {"median_us": v} for k, v in cands.items()}}}
+    rec = {"candidates": {"s:a": {"id": "aaa000000000"}, "s:b": {"id": "bbb000000000"}},
+           "rows": [row("g1", 8, 1, 10.0, **{"s:a": 8.0, "s:b": 9.9}), row("g1", 8, 8, 10.0, **{"s:a": 9.0, "s:b": 9.0}),
+                    row("g1", 16, 1, 10.0, **{"s:a": 8.0, "s:b": 8.0}), row("g1", 16, 8, 10.0, **{"s:a": 9.5, "s:b": 8.0}),
+                    row("g2", 8, 1, 5.0, **{"s:a": 5.0, "s:b": 4.0}), row("g2", 16, 1, 5.0, **{"s:a": 6.0, "s:b": 4.0})]}
+    lines, wins = pw.per_shape(rec, "cublas", 1.05)
+    assert wins == {"s:a": {"g1": [8, 16]}, "s:b": {"g1": [16], "g2": [8, 16]}}
+    assert lines[0].startswith("g1 TP8 (2 batches): s:a 1.111-1.250 *; s:b 1.010-1.111")
+    scope = pw.scope_lines(rec, wins, [8, 16])
+    assert scope == ["s:a (aaa000000000): every batch and TP at g1",
+                     "s:b (bbb000000000): every batch and TP at g2; one TP only at g1@16"]
+    assert pw.incumbent_column(rec, "aaa") == "s:a" and pw.incumbent_column(rec, "cublas") == "cublas"
+    with pytest.raises(SystemExit, match="not in the benchmark"):
+        pw.incumbent_column(rec, "cuDNN")
