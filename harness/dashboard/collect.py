@@ -40,7 +40,22 @@ def collect(root: Path) -> SiteData:
     cards, layers = _benchmarks(root, warnings)
     return SiteData(root=str(root), generated_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     ops=ops, runs=runs, history=history, history_note=note, warnings=warnings,
-                    benchmarks=cards, layer_tables=layers, ledgers=_ledgers(root, reference_impls.OP_NAMES, warnings))
+                    benchmarks=cards, layer_tables=layers, coverage=_coverage(root, cards, warnings),
+                    ledgers=_ledgers(root, reference_impls.OP_NAMES, warnings))
+
+
+def _coverage(root: Path, cards: list[Any], warnings: list[str]) -> dict[str, Any]:
+    """Per op with a benchmark card: harness.scorecard.Coverage, where its promoted kernels run
+    in the op's whole sweep (the Benchmarks page prints it under the op's first card)."""
+    if not cards:
+        return {}
+    from .. import scorecard
+
+    try:
+        return {c.op: c for c in scorecard.coverages(root, sorted({card.op for card in cards}))}
+    except Exception as exc:  # noqa: BLE001 - the page still builds without the line
+        warnings.append(f"benchmarks: the coverage of the promoted kernels failed: {type(exc).__name__}: {exc}")
+        return {}
 
 
 def _ledgers(root: Path, ops, warnings: list[str]) -> dict[str, list[Any]]:

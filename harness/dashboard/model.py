@@ -270,6 +270,7 @@ class SiteData:
     warnings: list[str] = field(default_factory=list)
     benchmarks: list[Any] = field(default_factory=list)     # harness.scorecard.OpCard, one per promoted op
     layer_tables: list[Any] = field(default_factory=list)   # harness.scorecard.LayerTable, one per model config and context
+    coverage: dict[str, Any] = field(default_factory=dict)  # op -> harness.scorecard.Coverage (ops with a card)
     ledgers: dict[str, list[Any]] = field(default_factory=dict)   # op -> harness.agent.ledger.Measured, in file order
 
     def op(self, name: str) -> OpView | None:

@@ -215,6 +215,9 @@ def test_benchmarks_page_judges_the_promoted_kernel_on_the_committed_runs(site):
     assert "50.0 L2" in _text(_row(section, 'data-point="TP8 B=1"'))
     assert "50.0 L2" not in _text(_row(section, 'data-point="TP8 B=64"'))
     assert "eager (L2): the eager reference rotated fewer input sets" in _text(section)
+    # the fixture's promoted kernel covers the op's whole sweep (TP 8 and 16, B 1..64)
+    assert f"{OP} coverage: its promoted kernels run at 14 of the 14 points" in _text(section)
+    assert "all of them" in _text(section)
     layers = re.search(r'<section class="layers" id="layers-k3-test".*?</section>', html, re.S).group(0)
     assert f"{OP} {site.ids['v1']}" in _text(layers)                 # the candidate the run loaded, still promoted
     assert "promoted now" not in layers
