@@ -47,22 +47,18 @@ def parse_sets(pairs: list[str]) -> dict:
     return out
 
 
-def variant_scope(base_scope: dict, family_scope: dict, scope_sets: dict) -> dict:
+def variant_scope(op: str, base_scope: dict, family_scope: dict, scope_sets: dict) -> dict:
     """The base's scope with scope_sets' keys replaced; each new value must lie within the family's
-    scope (a batch range inside its range, a list a subset of its list)."""
-    scope = dict(base_scope)
+    scope (a batch range inside its range, a list a subset of its list): render_human's check for
+    the scopes of human points, so a variant may declare any scope a committed point could."""
+    sys.path.insert(0, str(ROOT / "prompts" / "kernels"))
+    from render_human import point_scope
+
     for key, val in scope_sets.items():
-        if key not in family_scope:
-            raise ValueError(f"no scope key '{key}' (keys: {', '.join(sorted(family_scope))})")
-        wide = family_scope[key]
-        if key == "batch":
-            ok = isinstance(val, list) and len(val) == 2 and wide[0] <= val[0] <= val[1] <= wide[1]
-        else:
-            ok = isinstance(val, list) and bool(val) and set(val) <= set(wide)
-        if not ok:
-            raise ValueError(f"scope {key}={val} is not within the family's {key}={wide}")
-        scope[key] = list(val)
-    return scope
+        if not isinstance(val, list):
+            raise ValueError(f"--scope {key} wants a JSON list, e.g. shapes=[\"mla_g_proj\"] or batch=[1,8]; got {val!r}")
+    within = point_scope(family_scope, {"op": op, "label": "variant", "scope": scope_sets})
+    return {**base_scope, **{key: within[key] for key in scope_sets}}
 
 
 def render_variant(op: str, base: str, sets: dict, root: Path | None = None, outside_space: bool = False,
@@ -88,7 +84,7 @@ def render_variant(op: str, base: str, sets: dict, root: Path | None = None, out
     params.update(sets)
     source = fam.render(params, check_space=not outside_space)   # ValueError when outside the space
     prov = Provenance(author="human", parent=cand.id, template={"family": fam.name, "params": params})
-    scope = variant_scope(cand.scope.to_json(), fam.scope, scope_sets or {})
+    scope = variant_scope(op, cand.scope.to_json(), fam.scope, scope_sets or {})
     return create_candidate(op, source, Scope.from_json(scope), prov, root=root)
 
 

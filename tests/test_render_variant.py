@@ -94,8 +94,9 @@ def test_scope_replaces_keys_of_the_base_scope_within_the_family(rv, tmp_path):
     assert cand.kernel_path.read_text() == (base / "kernel.py").read_text()
     assert list(cand.scope.shapes) == ["mla_g_proj", "kda_o_proj"] and list(cand.scope.batch) == [1, 8]
     assert cand.id != "268009f21621"
-    for bad, match in (({"shapes": ["nope"]}, "not within"), ({"batch": [1, 128]}, "not within"),
-                       ({"shapes": []}, "not within"), ({"colour": ["red"]}, "no scope key")):
+    for bad, match in (({"shapes": ["nope"]}, "does not narrow"), ({"batch": [1, 128]}, "does not narrow"),
+                       ({"shapes": []}, "does not narrow"), ({"colour": ["red"]}, "is not in the family's scope"),
+                       ({"batch": 8}, "wants a JSON list"), ({"shapes": "mla_g_proj"}, "wants a JSON list")):
         with pytest.raises(ValueError, match=match):
             rv.render_variant("skinny_gemm", "268009", {}, root=tmp_path, scope_sets=bad)
     assert len(list((tmp_path / "skinny_gemm").iterdir())) == 1
