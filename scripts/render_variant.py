@@ -25,6 +25,7 @@ it slims). Sessions 18 and 19 did this by hand.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -51,13 +52,14 @@ def variant_scope(op: str, base_scope: dict, family_scope: dict, scope_sets: dic
     """The base's scope with scope_sets' keys replaced; each new value must lie within the family's
     scope (a batch range inside its range, a list a subset of its list): render_human's check for
     the scopes of human points, so a variant may declare any scope a committed point could."""
-    sys.path.insert(0, str(ROOT / "prompts" / "kernels"))
-    from render_human import point_scope
-
+    spec = importlib.util.spec_from_file_location("render_human", ROOT / "prompts" / "kernels" / "render_human.py")
+    assert spec is not None and spec.loader is not None
+    render_human = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render_human)
     for key, val in scope_sets.items():
         if not isinstance(val, list):
             raise ValueError(f"--scope {key} wants a JSON list, e.g. shapes=[\"mla_g_proj\"] or batch=[1,8]; got {val!r}")
-    within = point_scope(family_scope, {"op": op, "label": "variant", "scope": scope_sets})
+    within = render_human.point_scope(family_scope, {"op": op, "label": "variant", "scope": scope_sets})
     return {**base_scope, **{key: within[key] for key in scope_sets}}
 
 
