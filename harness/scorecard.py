@@ -398,29 +398,21 @@ class Coverage:
     uncovered_batches: list[int] = field(default_factory=list)  # batches no promoted kernel runs at, at any point
 
 
-def shape_names(op: str) -> list[str]:
+def shape_names(defn: Any) -> list[str]:
     """The named shapes an op declares (skinny_gemm's GEMMs, attn_res's nb1..nb8), [] for none."""
-    import reference_impls
-
-    names = reference_impls.get(op).extra.get("shape_names", ())
+    names = defn.extra.get("shape_names", ())
     return [str(n) for n in names] if isinstance(names, (list, tuple)) else []
 
 
-def op_sweep(op: str) -> list[Point]:
-    """The op's whole sweep: TP 8 and 16 x every sweep batch x its named shapes x its state dtypes."""
+def coverage(op: str, tried: list[Any]) -> Coverage:
+    """`tried`: the op's promoted entries (promotion.kernel_entries(manifest)[op]). The op's sweep is
+    scope_points' default scope (TP 8 and 16, B 1..64) over its named shapes and state dtypes."""
     import reference_impls
 
     defn = reference_impls.get(op)
-    shapes = shape_names(op) or [""]
-    states = list(defn.state_dtypes) if len(defn.state_dtypes) > 1 else [""]
-    return [Point(tp, b, sh, sd) for tp in (8, 16) for b in SWEEP_BATCHES for sh in shapes for sd in states]
-
-
-def coverage(op: str, tried: list[Any]) -> Coverage:
-    """`tried`: the op's promoted entries (promotion.kernel_entries(manifest)[op])."""
-    sweep = op_sweep(op)
+    shapes = shape_names(defn)
+    sweep = scope_points({"shapes": shapes, "state_dtypes": list(defn.state_dtypes) if len(defn.state_dtypes) > 1 else []})
     on = {p for p in sweep if any(_runs_at(k.scope, p) for k in tried)}
-    shapes = shape_names(op)
     return Coverage(op, len(sweep), len(on), shapes,
                     [sh for sh in shapes if not any(p.shape == sh for p in on)],
                     [b for b in SWEEP_BATCHES if not any(p.batch == b for p in on)])
@@ -656,10 +648,9 @@ def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None
     if as_json:
         return json.dumps({"ops": [asdict(c) for c in cards], "coverage": [asdict(c) for c in covers.values()],
                            "layers": [asdict(t) for t in layers]}, indent=1)
-    texts = []
-    for i, c in enumerate(cards):                        # an op's coverage line after its last card
-        texts.append(render(c) + (f"\n{coverage_line(covers[c.op])}" if c.op in covers and
-                                  (i + 1 == len(cards) or cards[i + 1].op != c.op) else ""))
+    last = {c.op: i for i, c in enumerate(cards)}     # an op's coverage line after its last card
+    texts = [render(c) + (f"\n{coverage_line(covers[c.op])}" if last[c.op] == i and c.op in covers else "")
+             for i, c in enumerate(cards)]
     return "\n\n".join(texts + [render_layers(t) for t in layers])
 
 

@@ -469,6 +469,7 @@ def test_coverage_counts_the_op_sweep_points_its_promoted_kernels_run_at(sc):
     the rest of the op's sweep (2 TPs x 7 batches x 13 shapes = 182 points) to the reference, and
     the line names the shapes and batches no kernel runs at; one kernel over the whole sweep of an
     op without shapes covers it all."""
+    import reference_impls
     from harness.registry import KernelEntry, KernelScope
 
     def entry(cid, **scope):
@@ -476,7 +477,7 @@ def test_coverage_counts_the_op_sweep_points_its_promoted_kernels_run_at(sc):
             {"archs": ["sm_90a"], "tp": [8], "batch": [1, 8], "dtypes": ["bf16"], "state_dtypes": [], "shapes": [],
              **scope}))
 
-    names = list(__import__("reference_impls").get("skinny_gemm").extra["shape_names"])
+    names = list(reference_impls.get("skinny_gemm").extra["shape_names"])
     c = sc.coverage("skinny_gemm", [entry("a", shapes=names[:-2]), entry("b", shapes=["mla_g_proj"], tp=[8, 16], batch=[1, 64])])
     assert c.points == 2 * 7 * 13
     assert c.covered == 4 * (13 - 2) + 2 * 7 - 4          # TP8 B 1..8 of 11 shapes, mla_g_proj everywhere (its TP8 B<=8 counted once)

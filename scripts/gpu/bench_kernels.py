@@ -61,6 +61,7 @@ import reference_impls  # noqa: E402
 from harness.compare import compare  # noqa: E402
 from harness.hardware import gpu  # noqa: E402
 from harness.opdef import Point, Role, SWEEP_BATCHES  # noqa: E402
+from harness.scorecard import shape_names  # noqa: E402
 from harness.toolchain import timing  # noqa: E402
 from harness.toolchain.gpu_eval import compiled_reference, split_references  # noqa: E402
 
@@ -320,11 +321,6 @@ def rotated_sets(defn, point: Point, max_copies: int = timing.MAX_COPIES) -> tup
     sets = [base] + [{k: v.clone() for k, v in base.items()} for _ in range(n - 1)]
     outs = [defn.alloc_outputs(point, "cuda") for _ in range(n)]
     return sets, outs
-
-
-def shape_names(defn) -> list[str]:
-    """The named shapes an op declares (skinny_gemm's GEMMs, attn_res's nb1..nb8), [] for none."""
-    return list(defn.extra.get("shape_names", ()))
 
 
 def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state_dtypes: list[str]) -> list[Point]:
