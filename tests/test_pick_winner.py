@@ -96,3 +96,96 @@ def test_per_shape_against_cublas_names_the_shapes_each_candidate_wins(pw):
     assert pw.incumbent_column(rec, "aaa") == "s:a" and pw.incumbent_column(rec, "cublas") == "cublas"
     with pytest.raises(SystemExit, match="not in the benchmark"):
         pw.incumbent_column(rec, "cuDNN")
+
+
+def test_propose_gives_each_won_shape_and_tp_its_best_candidate(pw):
+    """Each (shape, TP) won at every batch goes to the winner with the best geomean there; a
+    candidate's points become one entry per TP set, with its family, params and the batch range."""
+    def row(shape, tp, b, cublas, **cands):
+        return {"shape": shape, "tp": tp, "batch": b,
+                "times": {"cublas": {"median_us": cublas}, **{k: {"median_us": v} for k, v in cands.items()}}}
+    tpl = {"family": "fam", "params": {"warps": 8}}
+    rec = {"candidates": {"s:a": {"id": "aaa000000000", "template": tpl},
+                          "s:b": {"id": "bbb000000000", "template": {"family": "fam", "params": {"warps": 4}}}},
+           "rows": [row("g1", 8, 1, 10.0, **{"s:a": 8.0, "s:b": 9.0}), row("g1", 8, 8, 10.0, **{"s:a": 8.0, "s:b": 9.0}),
+                    row("g1", 16, 1, 10.0, **{"s:a": 9.0, "s:b": 8.0}), row("g1", 16, 8, 10.0, **{"s:a": 9.0, "s:b": 8.0}),
+                    row("g2", 8, 1, 10.0, **{"s:a": 9.0, "s:b": 9.9}), row("g2", 8, 8, 10.0, **{"s:a": 9.0, "s:b": 9.9}),
+                    row("g2", 16, 1, 10.0, **{"s:a": 9.0, "s:b": 9.9}), row("g2", 16, 8, 10.0, **{"s:a": 9.0, "s:b": 9.9}),
+                    row("g3", 8, 1, 10.0, **{"s:a": 9.9, "s:b": 9.9}), row("g3", 8, 8, 10.0, **{"s:a": 9.9, "s:b": 9.9}),
+                    row("skip", 8, 1, 10.0, **{"s:a": 5.0, "s:b": 9.9}), row("skip", 8, 8, 10.0, **{"s:a": 5.0, "s:b": 9.9})]}
+    entries = pw.propose(rec, "skinny_gemm", "cublas", 1.05, exclude_shapes=("skip",))
+    assert entries == [
+        {"op": "skinny_gemm", "family": "fam", "label": "aaa000_cover_tp8", "params": {"warps": 8},
+         "scope": {"tp": [8], "batch": [1, 8], "shapes": ["g1"]}},
+        {"op": "skinny_gemm", "family": "fam", "label": "aaa000_cover_tp8_16", "params": {"warps": 8},
+         "scope": {"batch": [1, 8], "shapes": ["g2"]}},
+        {"op": "skinny_gemm", "family": "fam", "label": "bbb000_cover_tp16", "params": {"warps": 4},
+         "scope": {"tp": [16], "batch": [1, 8], "shapes": ["g1"]}}]
+    assert entries[0]["params"] is not tpl["params"]           # a copy, not the bench record's dict
+    assert pw.propose(rec, "skinny_gemm", "cublas", 2.5) == []                  # "skip" alone is 2x
+
+
+def test_propose_on_session33_reproduces_268009s_promoted_scope(pw):
+    """Against cuBLAS in session 33's whole-family run, the kernel later promoted wins exactly the
+    three shapes its scope declares, at both TPs and B 1..8."""
+    rec = json.loads(lzma.open(ROOT / "results/h200/session33/bench_skinny33.json.xz").read())["ops"]["skinny_gemm"]
+    entries = pw.propose(rec, "skinny_gemm", "cublas")
+    assert [(e["label"], e["scope"]) for e in entries] == [
+        ("268009_cover_tp8_16", {"batch": [1, 8], "shapes": ["latent_down", "latent_up", "mla_qkv_a"]})]
+    promoted = json.loads((ROOT / "kernels_generated/skinny_gemm/268009f21621/candidate.json").read_text())
+    assert entries[0]["params"] == promoted["provenance"]["template"]["params"]
+    assert set(entries[0]["scope"]["shapes"]) == set(promoted["scope"]["shapes"])
+
+
+def test_propose_needs_per_shape_on_the_command_line(tmp_path):
+    import subprocess
+    import sys
+    bench = tmp_path / "b.json"
+    bench.write_text(json.dumps({"ops": {"skinny_gemm": {"candidates": {}, "rows": []}}}))
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/pick_winner.py"), str(bench), "skinny_gemm",
+                        "cublas", "--propose"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--propose goes with --per-shape" in r.stderr
+
+
+def _session33_entries(pw) -> list[dict]:
+    rec = json.loads(lzma.open(ROOT / "results/h200/session33/bench_skinny33.json.xz").read())["ops"]["skinny_gemm"]
+    return pw.propose(rec, "skinny_gemm", "cublas")
+
+
+def test_written_entries_render_to_the_benchmarked_kernel(pw, tmp_path):
+    """--write appends what render_human.py renders: session 33's proposal renders to 268009's very
+    id (the same kernel.py under the same scope). A second write adds nothing."""
+    from harness.agent.families import load_family
+    from harness.toolchain.candidate import Scope, candidate_id
+
+    hc = tmp_path / "human_candidates.json"
+    hc.write_text((ROOT / "prompts/kernels/human_candidates.json").read_text())
+    n0 = len(json.loads(hc.read_text())["candidates"])
+    entries = _session33_entries(pw)
+    assert pw.write_entries(hc, entries) == ["268009_cover_tp8_16"]
+    doc = json.loads(hc.read_text())
+    assert len(doc["candidates"]) == n0 + 1 and doc["candidates"][-1] == entries[0]
+    fam = load_family(ROOT / "prompts/kernels/skinny_gemm/swapab.py.j2", "skinny_gemm")
+    spec = importlib.util.spec_from_file_location("render_human", ROOT / "prompts/kernels/render_human.py")
+    rh = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rh)
+    scope = Scope.from_json(rh.point_scope(fam.scope, doc["candidates"][-1]))
+    assert candidate_id(fam.render(entries[0]["params"]), scope) == "268009f21621"
+    assert pw.write_entries(hc, entries) == []
+    assert len(json.loads(hc.read_text())["candidates"]) == n0 + 1
+
+
+def test_write_refuses_entries_that_would_not_render_and_writes_nothing(pw, tmp_path):
+    hc = tmp_path / "human_candidates.json"
+    hc.write_text((ROOT / "prompts/kernels/human_candidates.json").read_text())
+    good = _session33_entries(pw)[0]
+    outside = {**good, "label": "x1", "params": {**good["params"], "alt_shapes": "kda_in_proj,mla_q_b"}}
+    wide = {**good, "label": "x2", "scope": {"batch": [1, 8], "shapes": ["latent_down", "no_such_gemm"]}}
+    clash = {**good, "params": {**good["params"], "warps": 4}}
+    pw.write_entries(hc, [good])
+    before = hc.read_text()
+    fine = {**good, "label": "x0"}                     # would be added, but comes with a bad one
+    for bad, why in ((outside, "outside swapab.space.json"), (wide, "does not narrow"), (clash, "already holds a different")):
+        with pytest.raises(SystemExit, match=why):
+            pw.write_entries(hc, [fine, bad])
+        assert hc.read_text() == before

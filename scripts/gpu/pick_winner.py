@@ -14,6 +14,14 @@ over the incumbent across the batches, then per candidate the shapes where it is
 --shape-min faster at every batch, at both TPs or at one: the scope a new candidate could declare
 (a scope is TPs x shapes, so shapes that win at one TP only need a candidate of their own).
 
+--propose (with --per-shape): at each (shape, TP) the candidate with the best geometric mean over
+the batches among those that win there, grouped into human-candidate entries (one per candidate
+and TP set: its family and params from the bench JSON, the shapes it was given, the benchmarked
+batch range) printed as JSON. --exclude-shapes leaves shapes out (skinny_gemm's shared_gate_up:
+the fused gemm_situ_and_mul runs there). --write FILE (prompts/kernels/human_candidates.json) also
+appends them there, each checked first against its family's declared space and scope; then
+`python prompts/kernels/render_human.py --op OP` renders them.
+
 --scope-points N: the perf gate takes the geometric mean over all N points of the op's scope. For
 a bench that measured only the points where the candidates differ (kda's mid windows: 16 of 28),
 the geomean is then projected over N with every unmeasured point counted at 1.0. That assumption
@@ -23,11 +31,13 @@ d5a02a: 1.044 over the 16 measured points, 1.025 projected over 28.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 from harness.agent.prompting import geomean  # noqa: E402
 
 
@@ -54,31 +64,117 @@ def incumbent_column(rec: dict, incumbent: str) -> str:
     return inc
 
 
-def per_shape(rec: dict, incumbent: str, shape_min: float = 1.05) -> tuple[list[str], dict[str, dict[str, list[int]]]]:
-    """Per (shape, TP) and candidate: the slowest and fastest speedup over the incumbent across the
-    batches; and per candidate label, {shape: [TPs where it is >= shape_min at every batch]}."""
+def shape_speedups(rec: dict, incumbent: str) -> dict[tuple[str, int], tuple[list[int], dict[str, list[float] | None]]]:
+    """Per (shape, TP): the benchmarked batches, and per candidate label (the incumbent left out)
+    its speedups over the incumbent at those batches, or None where a batch lacks a time of either."""
     inc = incumbent_column(rec, incumbent)
     groups: dict[tuple[str, int], list[dict]] = {}
     for row in rec["rows"]:
         groups.setdefault((row.get("shape", ""), int(row.get("tp", 0))), []).append(row)
-    lines: list[str] = []
-    wins: dict[str, dict[str, list[int]]] = {}
-    for (shape, tp), rows in sorted(groups.items()):
-        cells = []
+    out: dict[tuple[str, int], tuple[list[int], dict[str, list[float] | None]]] = {}
+    for key, rows in sorted(groups.items()):
+        by_label: dict[str, list[float] | None] = {}
         for label in rec["candidates"]:
             if label == inc:
                 continue
             r = [row["times"][inc]["median_us"] / row["times"][label]["median_us"] for row in rows
                  if "median_us" in row["times"].get(label, {}) and "median_us" in row["times"].get(inc, {})]
-            if len(r) < len(rows):
+            by_label[label] = r if len(r) == len(rows) else None
+        out[key] = (sorted(int(row.get("batch", 0)) for row in rows), by_label)
+    return out
+
+
+def per_shape(rec: dict, incumbent: str, shape_min: float = 1.05) -> tuple[list[str], dict[str, dict[str, list[int]]]]:
+    """Per (shape, TP) and candidate: the slowest and fastest speedup over the incumbent across the
+    batches; and per candidate label, {shape: [TPs where it is >= shape_min at every batch]}."""
+    lines: list[str] = []
+    wins: dict[str, dict[str, list[int]]] = {}
+    for (shape, tp), (batches, by_label) in shape_speedups(rec, incumbent).items():
+        cells = []
+        for label, r in by_label.items():
+            if r is None:
                 cells.append(f"{label} missing rows")
                 continue
             ok = min(r) >= shape_min
             cells.append(f"{label} {min(r):.3f}-{max(r):.3f}{' *' if ok else ''}")
             if ok:
                 wins.setdefault(label, {}).setdefault(shape, []).append(tp)
-        lines.append(f"{shape or '-'} TP{tp} ({len(rows)} batches): " + "; ".join(cells))
+        lines.append(f"{shape or '-'} TP{tp} ({len(batches)} batches): " + "; ".join(cells))
     return lines, wins
+
+
+def propose(rec: dict, op: str, incumbent: str, shape_min: float = 1.05,
+            exclude_shapes: tuple[str, ...] = ()) -> list[dict]:
+    """Human-candidate entries that cover every (shape, TP) some candidate wins by shape_min at
+    every batch: each such point goes to the winner with the best geometric mean there, and each
+    candidate's points become one entry per set of TPs (a scope is TPs x shapes). The batch range
+    is the benchmarked one. Entries keep the bench's family and params; the label names the source
+    candidate and the TPs."""
+    best: dict[tuple[str, int], str] = {}
+    batches_at: dict[tuple[str, int], list[int]] = {}
+    for (shape, tp), (batches, by_label) in shape_speedups(rec, incumbent).items():
+        if shape in exclude_shapes:
+            continue
+        won = {lb: geomean(r) for lb, r in by_label.items() if r is not None and min(r) >= shape_min}
+        if won:
+            best[(shape, tp)] = max(sorted(won), key=lambda lb: won[lb])
+            batches_at[(shape, tp)] = batches
+    tps_of: dict[tuple[str, str], list[int]] = {}          # (label, shape) -> TPs it got
+    for (shape, tp), label in sorted(best.items()):
+        tps_of.setdefault((label, shape), []).append(tp)
+    groups: dict[tuple[str, tuple[int, ...]], list[str]] = {}
+    for (label, shape), tps in tps_of.items():
+        groups.setdefault((label, tuple(tps)), []).append(shape)
+    all_tps = sorted({int(row.get("tp", 0)) for row in rec["rows"]})
+    entries = []
+    for (label, tp_set), shapes in sorted(groups.items()):
+        batches = sorted({b for s in shapes for t in tp_set for b in batches_at[(s, t)]})
+        info = rec["candidates"][label]
+        tpl = info.get("template") or {}
+        if not tpl.get("family"):
+            raise SystemExit(f"pick_winner: {label} ({info['id']}) has no template family in the bench JSON: "
+                             "only family renders can be proposed")
+        scope: dict = {"batch": [batches[0], batches[-1]], "shapes": shapes}
+        if list(tp_set) != all_tps:
+            scope = {"tp": list(tp_set), **scope}
+        entries.append({"op": op, "family": tpl["family"],
+                        "label": f"{info['id'][:6]}_cover_tp{'_'.join(map(str, tp_set))}",
+                        "params": dict(tpl.get("params") or {}), "scope": scope})
+    return entries
+
+
+def write_entries(path: Path, entries: list[dict]) -> list[str]:
+    """Append `entries` to a human_candidates.json at `path` and return the labels added. Each must
+    render (its params in the family's declared space, its scope narrowing the family's: the
+    checks render_human.py makes), and a label already there must hold the same entry (then it is
+    skipped); nothing is written unless every entry passes."""
+    from harness.agent.families import load_family
+
+    spec = importlib.util.spec_from_file_location("render_human", ROOT / "prompts/kernels/render_human.py")
+    assert spec is not None and spec.loader is not None
+    render_human = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(render_human)
+    doc = json.loads(path.read_text())
+    have = {(c["op"], c["label"]): c for c in doc["candidates"]}
+    added = []
+    for e in entries:
+        fam = load_family(ROOT / "prompts/kernels" / e["op"] / f"{e['family']}.py.j2", e["op"])
+        if not fam.feasible(e["params"]):
+            raise SystemExit(f"pick_winner: {e['label']}: its params are outside {e['family']}.space.json "
+                             "(a render_variant.py --outside-space study): widen the space first")
+        try:
+            render_human.point_scope(fam.scope, e)
+        except ValueError as exc:
+            raise SystemExit(f"pick_winner: {exc}") from None
+        old = have.get((e["op"], e["label"]))
+        if old is not None:
+            if old != e:
+                raise SystemExit(f"pick_winner: {path} already holds a different {e['op']} {e['label']}")
+            continue
+        added.append(e["label"])
+    doc["candidates"].extend(e for e in entries if e["label"] in added)
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    return added
 
 
 def scope_lines(rec: dict, wins: dict[str, dict[str, list[int]]], tps: list[int]) -> list[str]:
@@ -130,13 +226,32 @@ def main() -> None:
     ap.add_argument("--per-shape", action="store_true", help="each candidate's speedup per (shape, TP), "
                     "and the shapes it wins at every batch by --shape-min")
     ap.add_argument("--shape-min", type=float, default=1.05)
+    ap.add_argument("--propose", action="store_true", help="with --per-shape: print the human-candidate "
+                    "entries (JSON) that give each won (shape, TP) its best candidate")
+    ap.add_argument("--exclude-shapes", default="", help="comma list of shapes --propose leaves out")
+    ap.add_argument("--write", type=Path, default=None, help="with --propose: also append the entries to this "
+                    "human_candidates.json (checked against each family's space and scope first)")
     a = ap.parse_args()
     with open(a.bench_json) as f:
         rec = json.load(f)["ops"][a.op]
+    if a.propose and not a.per_shape:
+        raise SystemExit("pick_winner: --propose goes with --per-shape")
+    if a.write is not None and not a.propose:
+        raise SystemExit("pick_winner: --write goes with --propose")
     if a.per_shape:
         lines, wins = per_shape(rec, a.incumbent, a.shape_min)
         tps = sorted({int(row.get("tp", 0)) for row in rec["rows"]})
-        print("\n".join(lines + [""] + (scope_lines(rec, wins, tps) or ["no candidate wins any shape"])))
+        report = "\n".join(lines + [""] + (scope_lines(rec, wins, tps) or ["no candidate wins any shape"]))
+        if not a.propose:
+            print(report)
+            return
+        print(report, file=sys.stderr)             # stdout carries the JSON alone
+        excl = tuple(s for s in a.exclude_shapes.split(",") if s)
+        entries = propose(rec, a.op, a.incumbent, a.shape_min, excl)
+        print(json.dumps(entries, indent=1))
+        if a.write is not None:
+            added = write_entries(a.write, entries)
+            print(f"{a.write}: added {', '.join(added) or 'nothing (every entry was there)'}", file=sys.stderr)
         return
     winner, lines = pick(rec, a.incumbent, a.min_geomean, a.max_slower, a.scope_points)
     print("\n".join(lines), file=sys.stderr)
