@@ -6,7 +6,7 @@
 #
 #   here:    bash scripts/gpu/cover_gemms.sh render        # the seven scratch candidates (untracked)
 #            bash scripts/gpu/slim_tree.sh on results docs 'kernels_generated/*/*/evidence/*'
-#   device:  carry [".device", ".whl"]:
+#   device:  carry [".device"] (the bench needs no .whl; slimmed with the seven renders, 60.3 MiB of 64):
 #            source scripts/gpu/setup.sh && export HARNESS_CACHE=/tmp/k3c && export OUT && \
 #              bash scripts/gpu/cover_gemms.sh bench
 #   here:    bash scripts/gpu/slim_tree.sh off; copy FILES_AT/* to results/h200/<session>/;
