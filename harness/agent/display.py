@@ -86,11 +86,13 @@ def print_summary(s: dict[str, Any]) -> None:
         c.print(f"speedup (geomean): {sp['vs_reference_geomean']:.2f}x vs reference"
                 + (f", {sp['vs_torch_compile_geomean']:.2f}x vs torch.compile" if sp.get("vs_torch_compile_geomean") else "")
                 + (f", {sp['vs_promoted_geomean']:.2f}x vs the promoted {sp['promoted']}"
-                   if sp.get("vs_promoted_geomean") else ""))
+                   if sp.get("vs_promoted_geomean") else "")
+                + (f", {sp['vs_today_geomean']:.2f}x vs {sp['today']}"
+                   if sp.get("vs_today_geomean") and not sp.get("vs_promoted_geomean") else ""), markup=False)
     if sp.get("narrow_hint"):
         h = sp["narrow_hint"]
         c.print(f"it wins by the perf gate's margin on part of its scope ({h['points']} search points, "
-                f"{h['geomean']:.3f}x the promoted): gate it there with `{h['command']}`", markup=False)
+                f"{h['geomean']:.3f}x what runs there today): gate it there with `{h['command']}`", markup=False)
     g = s.get("gates") or {}
     if g.get("ran"):
         c.print("gates: " + ", ".join(f"{k} {v}" for k, v in g["verdicts"].items())

@@ -386,9 +386,10 @@ class Optimizer:
         self._emit(EventKind.RUN_FINISHED, "run finished", summary=self.summary())
 
     def _narrow_hint(self, best) -> dict[str, Any] | None:
-        """Where the best draft beat the promoted kernel by the perf gate's margin when it did not
-        over all its points (narrow_hint.py): the `harness narrow` command to gate it there. Worked
-        out once per candidate (the gates' decision and the summary both ask)."""
+        """Where the best draft beat what runs today (the promoted kernel, else the reference) by the
+        perf gate's margin when it did not over all its points (narrow_hint.py): the `harness
+        narrow` command to gate it there. Worked out once per candidate (the gates' decision and
+        the summary both ask)."""
         from ..toolchain.candidate import load_candidate
         from .narrow_hint import narrow_hint
 
@@ -415,13 +416,18 @@ class Optimizer:
             ref = [t.reference_us / t.kernel_us for t in ts if t.reference_us]
             comp = [t.compiled_us / t.kernel_us for t in ts if t.compiled_us]
             # vs_promoted: the op's promoted kernel timed in the same A B B A run (None when the op
-            # has none, or the best is it); the perf gate decides on the whole scope, not these points
+            # has none, or the best is it, or it does not cover every point); vs_today: what runs
+            # each point today (that kernel, else the reference), the perf gate's incumbent. The
+            # gate decides on the whole scope, not these points
             vs = best.evaluate.vs_promoted()
+            today = best.evaluate.vs_today()
             speed = {"vs_reference_geomean": geomean(ref) if ref else None,
                      "vs_torch_compile_geomean": geomean(comp) if comp else None,
                      "vs_promoted_geomean": vs,
                      "promoted": best.evaluate.incumbent if vs is not None else None,
-                     "narrow_hint": self._narrow_hint(best) if vs is not None else None}
+                     "vs_today_geomean": today,
+                     "today": best.evaluate.today_label() if today is not None else None,
+                     "narrow_hint": self._narrow_hint(best) if today is not None else None}
         return {
             "run_id": self.log.folder.name, "op": self.cfg.op, "agent": self.cfg.agent,
             "gpu_available": self.stages.has_gpu,
@@ -490,21 +496,22 @@ def _perf_bar() -> float:
 
 
 def _below_the_perf_bar(best: CandidateRecord) -> str | None:
-    """Why the best draft would not pass the perf gate against the promoted kernel: its geomean
-    speedup over it at the search points (all of them timed in the same run) is below the perf
-    gate's bar (gates/gate_config.toml perf_sweep.geomean_margin, 1.05); None otherwise. The gate
-    sweeps the whole scope, so this is the search's estimate; `harness gate` decides for real."""
+    """Why the best draft would not pass the perf gate against what runs its points today (the
+    promoted kernel covering each, else the reference: the gate's incumbent): its geomean speedup
+    over that at the search points (all of them timed in the same run) is below the perf gate's bar
+    (gates/gate_config.toml perf_sweep.geomean_margin, 1.05); None otherwise. The gate sweeps the
+    whole scope, so this is the search's estimate; `harness gate` decides for real."""
     ev = best.evaluate
-    g = ev.vs_promoted() if ev else None
+    g = ev.vs_today() if ev else None
     if ev is None or g is None:
         return None
     bar = _perf_bar()
     if g >= bar:
         return None
-    if all(t.kernel_us > (t.incumbent_us or 0.0) for t in ev.timings):     # vs_promoted: every point has one
-        return (f"the best draft is slower than the promoted {ev.incumbent} at every search point "
+    if all(t.kernel_us > (t.today_us or 0.0) for t in ev.timings):        # vs_today: every point has one
+        return (f"the best draft is slower than {ev.today_label()} at every search point "
                 f"({g:.2f}x its speed, geomean)")
-    return (f"the best draft is {g:.3f}x the promoted {ev.incumbent} at the search points (geomean), "
+    return (f"the best draft is {g:.3f}x {ev.today_label()} at the search points (geomean), "
             f"below the perf gate's {bar:.2f}")
 
 

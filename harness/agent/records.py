@@ -68,6 +68,16 @@ class Timing:
     state_dtype: str = "fp32"           # the point's static key (kda_decode's state, skinny_gemm's shape)
     shape: str = ""
     incumbent_id: str | None = None     # which promoted kernel incumbent_us timed (the one running this point)
+    # Whether a promoted kernel's scope covers this point: True, incumbent_us times what runs it
+    # today; False, none does and the reference runs it (reference_us); None, not recorded (run
+    # logs before session 48, test doubles), and incumbent_us alone counts.
+    covered: bool | None = None
+
+    @property
+    def today_us(self) -> float | None:
+        """The time of what runs this point today, perf_sweep's incumbent: the promoted kernel
+        covering it, else the reference (None where that was not timed)."""
+        return self.reference_us if self.covered is False else self.incumbent_us
 
     def label(self) -> str:
         """B=8, or B=8 bf16 mla_qkv_a where the point has a non-default static key."""
@@ -99,6 +109,26 @@ class EvalInfo:
         if not ratios or len(ratios) < len(self.timings):
             return None
         return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+    def vs_today(self) -> float | None:
+        """Geomean of today's time / this kernel's time (Timing.today_us: the promoted kernel
+        covering a point, else the reference, as perf_sweep compares), when every point has one;
+        else None. Equal to vs_promoted() where promoted kernels cover every point."""
+        ratios = [t.today_us / t.kernel_us for t in self.timings if t.today_us]
+        if not ratios or len(ratios) < len(self.timings):
+            return None
+        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+    def today_label(self) -> str:
+        """What vs_today() compares with, in words."""
+        on_ref = sum(1 for t in self.timings if t.covered is False)
+        promoted = f"the promoted {self.incumbent or 'kernel'}"
+        if not on_ref:
+            return promoted
+        if on_ref == len(self.timings):
+            return "the reference (no promoted kernel covers these points)"
+        return (f"what runs each point today ({promoted} at {len(self.timings) - on_ref} of "
+                f"{len(self.timings)} search points, the reference at the rest)")
 
 
 @dataclass
@@ -145,8 +175,8 @@ class CandidateRecord:
                 ts = self.evaluate.timings
                 g = math.exp(sum(math.log(t.kernel_us) for t in ts) / len(ts))
                 parts.append(f"geomean {g:.2f} us")
-                if (x := self.evaluate.vs_promoted()) is not None:
-                    parts.append(f"{x:.2f}x the promoted {self.evaluate.incumbent or 'kernel'}")
+                if (x := self.evaluate.vs_today()) is not None:
+                    parts.append(f"{x:.2f}x {self.evaluate.today_label()}")
         else:
             parts.append("compiled; GPU stages not run")
         return ", ".join(parts)

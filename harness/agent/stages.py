@@ -61,10 +61,11 @@ class ToolchainStages:
         from ..toolchain.evaluate import evaluate_candidate
 
         points = search_points(cand, self.compile_tp)
+        incumbents = promoted_incumbents(cand, points)
         rep = evaluate_candidate(cand, points, archs=list(cand.scope.archs), check_static=False, run_gpu=True,
-                                 incumbent=promoted_incumbents(cand, points),
+                                 incumbent=incumbents,
                                  timeout_s=self.eval_timeout_s, compile_timeout_s=self.compile_timeout_s)
-        return eval_info_from_report(rep, self.gpu_name)
+        return eval_info_from_report(rep, self.gpu_name, covered_points(incumbents, points))
 
 
 SEARCH_BATCHES = (1, 8, 64)        # batches timed during the search; the perf gate sweeps all
@@ -143,9 +144,17 @@ def promoted_incumbents(cand, points) -> list[Any]:
     return out
 
 
-def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
+def covered_points(incumbents: list[Any], points: list[Any]) -> set[Any]:
+    """The points some promoted kernel's scope covers (where production runs it; the reference
+    runs the rest). A covering kernel the worker cannot time (not built for the device's arch)
+    leaves its points without a time of today's path, so no claim is made there."""
+    return {p for p in points if any(inc.scope.contains(p) for inc in incumbents)}
+
+
+def eval_info_from_report(rep: Any, gpu_name: str, covered: set[Any] | None = None) -> EvalInfo:
     """harness.toolchain.evaluate.EvalReport -> EvalInfo (mismatches; kernel, reference, torch.compile
-    and promoted-kernel times)."""
+    and promoted-kernel times). `covered`: the points a promoted kernel covers (covered_points), so
+    each Timing knows whether the promoted kernel or the reference runs it today; None: unknown."""
     import reference_impls
 
     from ..hardware import gpu, roofline
@@ -170,7 +179,8 @@ def eval_info_from_report(rep: Any, gpu_name: str) -> EvalInfo:
                                   incumbent_id=pr.incumbent_id if "incumbent" in st else None,
                                   compiled_us=st.get("compiled_reference", {}).get("median_us"),
                                   reference_us=st.get("reference", {}).get("median_us"),
-                                  state_dtype=pt.state_dtype, shape=pt.shape))
+                                  state_dtype=pt.state_dtype, shape=pt.shape,
+                                  covered=None if covered is None else pt in covered))
     status = StageStatus.OK if verdict == "OK" else (StageStatus.NOT_RUN if verdict == "NOT_RUN" else StageStatus.FAILED)
     detail = rep.message + (("\n" + rep.worker_log_tail) if verdict not in ("OK", "WRONG") and rep.worker_log_tail else "")
     if rep.incumbent_errors:

@@ -517,3 +517,117 @@ def test_the_kernels_are_timed_apart_from_the_references():
     assert [list(g) for g in timing_groups(k, None, r, None)] == [["kernel"], ["reference"]]
     groups = timing_groups(k, i, r, c)
     assert groups[0]["kernel"] is k and groups[0]["incumbent"] is i and groups[1]["reference"] is r
+
+
+# ---- points no promoted kernel covers: the reference runs them today ------------------------------------
+def test_eval_info_marks_the_points_a_promoted_kernel_covers():
+    """A skinny_gemm draft over latent_down (a promoted kernel's shape) and mla_q_b (none covers it,
+    so cuBLAS, the reference, runs it today): each timing says which, and the draft is held to the
+    promoted kernel at the first and to the reference at the second, as perf_sweep holds it."""
+    from harness.agent.stages import covered_points
+
+    narrow, broad = _skinny_entries()
+    incs = [load_candidate("skinny_gemm", narrow), load_candidate("skinny_gemm", broad)]
+    pts = [Point(batch=1, tp=8, shape="latent_down"), Point(batch=1, tp=8, shape="mla_q_b")]
+    assert covered_points(incs, pts) == {pts[0]}
+    rep = SimpleNamespace(op="skinny_gemm", verdict=SimpleNamespace(value="OK"), message="2 points correct",
+                          worker_log_tail="", incumbent_id=f"{narrow},{broad}", incumbent_errors=[],
+                          points=[_point(1, {"kernel": 14.0, "incumbent": 14.6, "reference": 17.0}, broad, "latent_down"),
+                                  _point(1, {"kernel": 5.0, "reference": 8.0}, broad, "mla_q_b")])
+    info = eval_info_from_report(rep, "h200", covered_points(incs, pts))
+    assert [(t.shape, t.covered, t.today_us) for t in info.timings] == [("latent_down", True, 14.6), ("mla_q_b", False, 8.0)]
+    assert info.vs_promoted() is None                           # the promoted kernel was not timed everywhere
+    assert info.vs_today() == pytest.approx(((14.6 / 14.0) * (8.0 / 5.0)) ** 0.5)
+    assert info.today_label() == (f"what runs each point today (the promoted {broad} at 1 of 2 search points, "
+                                  "the reference at the rest)")
+    assert eval_info_from_report(rep, "h200").timings[1].covered is None        # not told: unknown
+    rec = CandidateRecord(id="d4", round=1, slot=0, author="llm", evaluate=info)
+    text = feedback_prompt(rec, gpu("h200"))
+    assert "B=1 mla_q_b: 5.00 us; no promoted kernel covers this point, so the eager reference runs it" in text
+
+
+def test_evaluate_stage_tells_which_points_a_promoted_kernel_covers(monkeypatch):
+    import harness.toolchain.evaluate as ev
+
+    def fake_evaluate_candidate(cand, points, **kw):       # the GPU worker cannot run here
+        covered_inc = {p for p in points if any(i.scope.contains(p) for i in kw["incumbent"])}
+        pts = [SimpleNamespace(verdict=SimpleNamespace(value="OK"), batch=p.batch, tp=p.tp, label=p.label(), message="",
+                               worst={}, timing_us={"kernel": {"median_us": 5.0}, "reference": {"median_us": 8.0},
+                                                    **({"incumbent": {"median_us": 6.0}} if p in covered_inc else {})},
+                               incumbent_id="x" if p in covered_inc else None, point=lambda p=p: p)
+               for p in points]
+        return SimpleNamespace(op=cand.op, verdict=SimpleNamespace(value="OK"), message="", points=pts,
+                               worker_log_tail="", incumbent_id="x", incumbent_errors=[])
+
+    monkeypatch.setattr(ev, "evaluate_candidate", fake_evaluate_candidate)
+    narrow, broad = _skinny_entries()
+    draft = next(c for c in (load_candidate("skinny_gemm", p.name) for p in
+                             sorted((REPO / "kernels_generated" / "skinny_gemm").iterdir()) if p.is_dir())
+                 if c.id not in (narrow, broad) and "kda_in_proj" in c.scope.shapes and "latent_down" in c.scope.shapes)
+    info = ToolchainStages(use_gpu=True).evaluate(draft)
+    promoted_shapes = set(load_candidate("skinny_gemm", broad).scope.shapes) | {"mla_qkv_a"}
+    by_shape = {(t.shape, t.covered) for t in info.timings}
+    assert ("kda_in_proj", False) in by_shape and ("latent_down", True) in by_shape
+    assert all(t.covered is (t.shape in promoted_shapes and t.batch <= 8) for t in info.timings)
+    assert all(t.today_us == (6.0 if t.covered else 8.0) for t in info.timings)
+
+
+class TodayStages(ToolchainStages):
+    """Evaluate returns what the GPU worker would (test double): a draft timed at two shapes, one a
+    promoted kernel covers (latent_down) and one it does not (mla_q_b, where the reference runs)."""
+
+    def __init__(self, times: list[tuple[str, int, float, float | None, float, bool]]) -> None:
+        super().__init__(use_gpu=False)
+        self.times = times
+
+    def evaluate(self, cand) -> EvalInfo:
+        return EvalInfo(StageStatus.OK, "OK", "timed on paper (test double)", incumbent="268009f21621",
+                        timings=[Timing(b, 8, k, inc, 2.7, None, ref, shape=sh, covered=cov,
+                                        incumbent_id="268009f21621" if cov else None)
+                                 for sh, b, k, inc, ref, cov in self.times])
+
+
+@pytest.mark.parametrize("times, gated, why, hint", [
+    # the reference runs every point today and the draft is slower there: the gates would refuse it
+    ([("mla_q_b", 1, 9.0, None, 8.0, False), ("mla_q_b", 64, 20.0, None, 18.0, False)], False,
+     "slower than the reference (no promoted kernel covers these points) at every search point", None),
+    # 1.2x the reference at mla_q_b, 0.8x the promoted kernel at latent_down: gate mla_q_b alone
+    ([("mla_q_b", 1, 5.0, None, 6.0, False), ("latent_down", 1, 10.0, 8.0, 12.0, True)], False,
+     "at the search points (geomean), below the perf gate's 1.05", "--shapes mla_q_b"),
+    # 1.5x the reference and 1.1x the promoted kernel: worth the gates
+    ([("mla_q_b", 1, 4.0, None, 6.0, False), ("latent_down", 1, 10.0, 11.0, 12.0, True)], True, "", None),
+])
+def test_the_loop_holds_a_draft_to_the_reference_where_no_promoted_kernel_runs(harness_root, monkeypatch, capsys,
+                                                                              times, gated, why, hint):
+    """Before session 48 a draft whose points a promoted kernel covers only in part had no speedup
+    over what it would replace (vs_promoted needs every point), so the loop gated it blind and gave
+    no narrowing hint: a skinny_gemm draft over all 13 GEMM shapes, three of which have kernels."""
+    import harness.agent.gating as gating
+
+    gated_ids: list[str] = []
+    monkeypatch.setattr(gating, "run_full_gates", lambda op, cid, *a, **kw: gated_ids.append(cid) or
+                        {"candidate": cid, "passed": False, "verdicts": {"perf_sweep": "FAIL"}})
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=1, candidates_per_round=1, archs=["sm_90a"],
+                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1)
+    with ScriptedLLM([("reply", fenced(tiny_kernel()))]) as srv:
+        cfg.base_url = srv.url + "/v1"
+        opt = start(cfg, run_id="t-today", stages=TodayStages(times))
+        opt.run()
+    summary = json.loads((opt.log.folder / "summary.json").read_text())
+    assert bool(gated_ids) is gated
+    sp = summary["speedup"]
+    ts = [(inc if cov else ref) / k for _, _, k, inc, ref, cov in times]
+    assert sp["vs_today_geomean"] == pytest.approx((ts[0] * ts[1]) ** 0.5)
+    assert sp["vs_promoted_geomean"] is None
+    if not gated:
+        assert why in summary["gates"]["reason"]
+    if hint:
+        assert sp["narrow_hint"]["command"].endswith(hint) and "gate that part with `harness narrow" in summary["gates"]["reason"]
+    else:
+        assert sp["narrow_hint"] is None
+    from harness.agent.display import print_summary
+
+    capsys.readouterr()
+    print_summary(summary)                                       # what a person reads at the end
+    shown = " ".join(capsys.readouterr().out.split())
+    assert f"{sp['vs_today_geomean']:.2f}x vs {sp['today']}" in shown

@@ -43,7 +43,8 @@ def test_a_state_dtype_is_a_sub_scope_too():
     [_t(1, 9.5, 9.2), _t(64, 17.5, 16.9)],                       # loses everywhere
     [_t(1, 9.0, 9.2), _t(64, 16.6, 16.9)],                       # wins, within drift everywhere
     [_t(1, 8.0, 9.2), _t(64, 15.0, None)],                       # the promoted kernel not timed everywhere
-    [_t(1, 8.0, 9.2, "a"), _t(8, 9.3, 9.2, "a"), _t(1, 9.5, 9.2, "b"), _t(8, 9.5, 9.2, "b")],   # a loses a point
+    [_t(1, 9.5, 9.2, "a"), _t(8, 8.0, 9.2, "a"), _t(64, 9.5, 9.2, "a")]
+    + [_t(b, 9.5, 9.2, "b") for b in (1, 8, 64)],               # a wins at B=8 alone: no window holds only that
     [],
 ])
 def test_no_hint(ts):
@@ -55,6 +56,37 @@ def test_the_largest_sub_scope_wins():
     ts = [_t(b, 9.0, 10.0, s) for b in (1, 8, 64) for s in ("a", "b")] + [_t(b, 10.0, 9.9, "c") for b in (1, 8, 64)]
     h = narrow_hint(ts, (1, 64), MARGIN)
     assert h is not None and h.shapes == ("a", "b") and h.points == 6
+
+
+def test_shapes_and_a_batch_window_together():
+    """Session 47's skinny_gemm case: a draft over many GEMM shapes wins at some of them, only at
+    small B, and loses elsewhere. Neither axis alone holds a winning sub-scope; the two together do."""
+    ts = ([_t(b, 9.0, 10.0, s) for b in (1, 8) for s in ("mla_q_b", "mla_g_proj")]
+          + [_t(64, 11.0, 10.0, s) for s in ("mla_q_b", "mla_g_proj")]
+          + [_t(b, 10.2, 10.0, "kda_in_proj") for b in (1, 8, 64)])
+    h = narrow_hint(ts, (1, 64), MARGIN)
+    assert h is not None and h.shapes == ("mla_g_proj", "mla_q_b") and h.batch == (1, 8) and h.points == 4
+    assert h.command("skinny_gemm", "abc") == "harness narrow skinny_gemm abc --shapes mla_g_proj,mla_q_b --batch 1-8"
+    one = narrow_hint([_t(1, 8.0, 9.2, "a"), _t(8, 9.3, 9.2, "a"), _t(1, 9.5, 9.2, "b"), _t(8, 9.5, 9.2, "b")],
+                      (1, 64), MARGIN)
+    assert one is not None and (one.shapes, one.batch, one.points) == (("a",), (1, 1), 1)
+
+
+def test_where_no_promoted_kernel_runs_the_reference_is_todays_time():
+    """A point outside every promoted kernel's scope (covered False) runs the reference today, so
+    the draft is held to the reference there (the perf gate's incumbent), and to the promoted
+    kernel where one covers the point (covered True). A covered point whose promoted kernel was not
+    timed leaves no claim."""
+    def t(shape, kernel, promoted, reference, covered):
+        return Timing(batch=1, tp=8, kernel_us=kernel, incumbent_us=promoted, reference_us=reference,
+                      shape=shape, covered=covered)
+    ts = [t("latent_down", 10.0, 9.5, 12.0, True), t("mla_q_b", 4.0, None, 6.0, False)]
+    assert [x.today_us for x in ts] == [9.5, 6.0]
+    h = narrow_hint(ts, (1, 8), MARGIN)
+    assert h is not None and h.shapes == ("mla_q_b",) and h.geomean == pytest.approx(1.5)
+    assert narrow_hint([t("latent_down", 10.0, None, 12.0, True), ts[1]], (1, 8), MARGIN) is None
+    legacy = Timing(batch=1, tp=8, kernel_us=4.0, incumbent_us=None, reference_us=6.0)   # covered not recorded
+    assert legacy.today_us is None
 
 
 def test_the_loop_names_the_narrow_command_when_it_skips_the_gates(harness_root, monkeypatch, capsys):
