@@ -186,7 +186,7 @@ class Optimizer:
         best_src = self._source(best.id) if best else None
         history = sorted(self.state.records.values(), key=lambda c: (c.round, c.slot))
         text = draft_prompt(self.defn, self.profile, self.cfg.tp, best, best_src, history,
-                            incumbent_us=self.state.incumbent_times(),
+                            incumbents=self.state.incumbent_times(),
                             promoted=self._promoted_source() if best is None else None)
         parents = self._parents()
         if not parents:

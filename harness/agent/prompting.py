@@ -57,10 +57,13 @@ def system_prompt(defn: OpDefinition, profile: GpuProfile, archs: tuple[str, ...
 
 def draft_prompt(defn: OpDefinition, profile: GpuProfile, tp: int, best: CandidateRecord | None,
                  best_source: str | None, history: list[CandidateRecord], hint: str = "",
-                 incumbent_us: dict[int, float] | None = None, promoted: tuple[str, str] | None = None) -> str:
-    """The drafting prompt. `promoted` = (id, source) of the op's promoted kernel, shown when this
-    run has no best kernel yet: a first draft starts from what is in production. The op's ledger
-    (`ledger.load_ledger`: ideas measured on a GPU before and not kept) is listed in every draft."""
+                 incumbents: dict[int, tuple[float, bool]] | None = None,
+                 promoted: tuple[str, str] | None = None) -> str:
+    """The drafting prompt. `incumbents`: batch -> (us, is the reference) of what runs each search
+    point today (RunState.incumbent_times). `promoted` = (id, source) of the op's promoted kernel,
+    shown when this run has no best kernel yet: a first draft starts from what is in production.
+    The op's ledger (`ledger.load_ledger`: ideas measured on a GPU before and not kept) is listed in
+    every draft."""
     mod = inspect.getmodule(defn.reference)
     ref_src = inspect.getsource(mod) if mod is not None else inspect.getsource(defn.reference)
     p1 = Point(batch=1, tp=tp, context=POINT_CONTEXT if defn.uses_context else 0)
@@ -71,9 +74,10 @@ def draft_prompt(defn: OpDefinition, profile: GpuProfile, tp: int, best: Candida
     for b in PROMPT_POINTS:
         pt = Point(batch=b, tp=tp, context=p1.context)
         rl = roofline(defn.flops(pt), defn.min_bytes(pt), profile)
+        inc_us, on_reference = (incumbents or {}).get(b, (None, False))
         points.append({"batch": b, "min_mbytes": defn.min_bytes(pt) / 1e6, "gflops": defn.flops(pt) / 1e9,
                        "floor_us": rl.floor_us, "bound": rl.bound,
-                       "incumbent_us": (incumbent_us or {}).get(b)})
+                       "incumbent_us": inc_us, "incumbent_is_reference": on_reference})
     static_args = ", ".join(a for a in ("state_dtype" if len(defn.state_dtypes) > 1 else "",) if a)
     best_ctx = None
     if best is not None and best_source is not None:

@@ -125,18 +125,20 @@ class RunState:
         ok = [r for r in self.ranked() if r.verified and r.score_kind is ScoreKind.TIME_US]
         return ok[0] if ok else None
 
-    def incumbent_times(self) -> dict[int, float]:
-        """batch -> the promoted kernel's median us at this run's search points, from the newest
-        evaluation that timed it (each draft's evaluation times it beside the draft). Where the
-        points also vary a static key (state dtype, GEMM shape), the first key timed stands for
-        its batch, as the drafting prompt's target table shows one row a batch."""
-        out: dict[int, float] = {}
+    def incumbent_times(self) -> dict[int, tuple[float, bool]]:
+        """batch -> (median us of what runs this run's search point today, whether that is the
+        eager reference), from the newest evaluation that timed it (each draft's evaluation times
+        the promoted kernel beside the draft, and the reference). Today's path is the promoted
+        kernel covering the point, else the reference (Timing.today_us). Where the points also
+        vary a static key (state dtype, GEMM shape), the first key timed stands for its batch, as
+        the drafting prompt's target table shows one row a batch."""
+        out: dict[int, tuple[float, bool]] = {}
         for r in sorted(self.records.values(), key=lambda c: (c.round, c.slot)):
             if r.evaluate is not None and r.evaluate.timings:
                 first = (r.evaluate.timings[0].state_dtype, r.evaluate.timings[0].shape)
                 for t in r.evaluate.timings:
-                    if t.incumbent_us is not None and (t.state_dtype, t.shape) == first:
-                        out[t.batch] = t.incumbent_us
+                    if (us := t.today_us) is not None and (t.state_dtype, t.shape) == first:
+                        out[t.batch] = (us, t.covered is False)
         return out
 
     def template_scores(self) -> dict[str, float]:

@@ -103,7 +103,7 @@ def test_promoted_incumbent_none_outside_its_scope_or_without_a_manifest(tmp_pat
 
 def _skinny_entries() -> tuple[str, str]:
     """(narrow, broad): the checkout's two promoted skinny_gemm kernels, the mla_qkv_a-only one and
-    the one of every shape, read from the manifest by their scopes."""
+    the one of the latent GEMMs and mla_qkv_a (268009), read from the manifest by their scopes."""
     rows = [e for e in read_manifest(REPO) if e["op"] == "skinny_gemm"]
     narrow = next(e["candidate"] for e in rows if e["scope"]["shapes"] == ["mla_qkv_a"])
     broad = next(e["candidate"] for e in rows if len(e["scope"]["shapes"]) > 1)
@@ -631,3 +631,20 @@ def test_the_loop_holds_a_draft_to_the_reference_where_no_promoted_kernel_runs(h
     print_summary(summary)                                       # what a person reads at the end
     shown = " ".join(capsys.readouterr().out.split())
     assert f"{sp['vs_today_geomean']:.2f}x vs {sp['today']}" in shown
+
+
+def test_the_drafting_prompt_names_the_reference_where_it_is_the_incumbent(harness_root):
+    """A point no promoted kernel covers: the next round's target table shows the reference's time
+    as the time to beat, and says it is the reference, not a promoted kernel."""
+    script = [("reply", fenced(tiny_kernel())), ("reply", fenced("# faster\n" + tiny_kernel()))]
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=2, candidates_per_round=1, archs=["sm_90a"],
+                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1, run_gates=False)
+    with ScriptedLLM(script) as srv:
+        cfg.base_url = srv.url + "/v1"
+        opt = start(cfg, run_id="t-today-prompt", stages=TodayStages([("", 1, 5.0, None, 6.0, False),
+                                                                      ("", 64, 9.0, None, 12.0, False)]))
+        opt.run()
+    round2 = "\n".join(m["content"] for m in srv.requests[1]["body"]["messages"])
+    assert ("the incumbent (the eager reference, which runs this point today: no promoted kernel covers it, "
+            "measured in this run) 6.00 us: beat it") in round2
+    assert "the incumbent (the promoted kernel" not in round2
