@@ -25,7 +25,6 @@ it slims). Sessions 18 and 19 did this by hand.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -50,16 +49,14 @@ def parse_sets(pairs: list[str]) -> dict:
 
 def variant_scope(op: str, base_scope: dict, family_scope: dict, scope_sets: dict) -> dict:
     """The base's scope with scope_sets' keys replaced; each new value must lie within the family's
-    scope (a batch range inside its range, a list a subset of its list): render_human's check for
-    the scopes of human points, so a variant may declare any scope a committed point could."""
-    spec = importlib.util.spec_from_file_location("render_human", ROOT / "prompts" / "kernels" / "render_human.py")
-    assert spec is not None and spec.loader is not None
-    render_human = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(render_human)
+    scope (a batch range inside its range, a list a subset of its list): the check of the scopes of
+    human points (families.point_scope), so a variant may declare any scope a committed point could."""
+    from harness.agent.families import point_scope
+
     for key, val in scope_sets.items():
         if not isinstance(val, list):
             raise ValueError(f"--scope {key} wants a JSON list, e.g. shapes=[\"mla_g_proj\"] or batch=[1,8]; got {val!r}")
-    within = render_human.point_scope(family_scope, {"op": op, "label": "variant", "scope": scope_sets})
+    within = point_scope(family_scope, {"op": op, "label": "variant", "scope": scope_sets})
     return {**base_scope, **{key: within[key] for key in scope_sets}}
 
 

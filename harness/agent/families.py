@@ -139,6 +139,25 @@ class Family:
         return tpl.render(**params, params=dict(params), family=self.name, op=self.op)
 
 
+def point_scope(family_scope: dict, pt: dict) -> dict:
+    """A human point's scope (prompts/kernels/human_candidates.json): the family's scope with the
+    point's "scope" overrides; each must narrow it (a batch range inside the family's, a list a
+    subset of its list). ValueError otherwise."""
+    scope = dict(family_scope)
+    for key, val in pt.get("scope", {}).items():
+        if key not in family_scope:
+            raise ValueError(f"{pt['op']} {pt['label']}: scope key '{key}' is not in the family's scope")
+        wide = family_scope[key]
+        if key == "batch":
+            ok = len(val) == 2 and wide[0] <= val[0] <= val[1] <= wide[1]
+        else:
+            ok = bool(val) and set(val) <= set(wide)
+        if not ok:
+            raise ValueError(f"{pt['op']} {pt['label']}: scope {key}={val} does not narrow the family's {wide}")
+        scope[key] = list(val)
+    return scope
+
+
 def load_family(template_path: Path, op: str) -> Family:
     name = template_path.name[: -len(".py.j2")]
     space_path = template_path.with_name(f"{name}.space.json")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 MAX_ERROR_CHARS = 2000        # compiler errors are trimmed to this before feedback and logs
 
@@ -102,22 +102,24 @@ class EvalInfo:
     timings: list[Timing] = field(default_factory=list)
     incumbent: str | None = None        # ids of the promoted kernels timed beside it, ","-joined in try order
 
-    def vs_promoted(self) -> float | None:
-        """Geomean of promoted-kernel time / this kernel's time, when the promoted kernel was timed at
-        every point; else None (no claim from part of the points)."""
-        ratios = [t.incumbent_us / t.kernel_us for t in self.timings if t.incumbent_us]
+    def _speedup_over(self, other_us: Callable[[Timing], float | None]) -> float | None:
+        """Geomean of other_us(t) / this kernel's time over the points, when every point has that
+        time; else None (no claim from part of the points)."""
+        ratios = [us / t.kernel_us for t in self.timings if (us := other_us(t))]
         if not ratios or len(ratios) < len(self.timings):
             return None
         return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+
+    def vs_promoted(self) -> float | None:
+        """Geomean of promoted-kernel time / this kernel's time, when the promoted kernel was timed at
+        every point; else None."""
+        return self._speedup_over(lambda t: t.incumbent_us)
 
     def vs_today(self) -> float | None:
         """Geomean of today's time / this kernel's time (Timing.today_us: the promoted kernel
         covering a point, else the reference, as perf_sweep compares), when every point has one;
         else None. Equal to vs_promoted() where promoted kernels cover every point."""
-        ratios = [t.today_us / t.kernel_us for t in self.timings if t.today_us]
-        if not ratios or len(ratios) < len(self.timings):
-            return None
-        return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+        return self._speedup_over(lambda t: t.today_us)
 
     def today_label(self) -> str:
         """What vs_today() compares with, in words."""

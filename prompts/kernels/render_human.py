@@ -15,29 +15,14 @@ import argparse
 import json
 from pathlib import Path
 
+from harness.agent.families import point_scope  # noqa: F401 - the scope check, also called as render_human.point_scope
+
 HERE = Path(__file__).resolve().parent
 
 
 def human_points(op: str | None = None) -> list[dict]:
     pts = json.loads((HERE / "human_candidates.json").read_text())["candidates"]
     return [p for p in pts if op is None or p["op"] == op]
-
-
-def point_scope(family_scope: dict, pt: dict) -> dict:
-    """The family's scope with the point's "scope" overrides; each must narrow it."""
-    scope = dict(family_scope)
-    for key, val in pt.get("scope", {}).items():
-        if key not in family_scope:
-            raise ValueError(f"{pt['op']} {pt['label']}: scope key '{key}' is not in the family's scope")
-        wide = family_scope[key]
-        if key == "batch":
-            ok = len(val) == 2 and wide[0] <= val[0] <= val[1] <= wide[1]
-        else:
-            ok = bool(val) and set(val) <= set(wide)
-        if not ok:
-            raise ValueError(f"{pt['op']} {pt['label']}: scope {key}={val} does not narrow the family's {wide}")
-        scope[key] = list(val)
-    return scope
 
 
 def render_point(pt: dict):

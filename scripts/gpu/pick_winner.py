@@ -31,7 +31,6 @@ d5a02a: 1.044 over the 16 measured points, 1.025 projected over 28.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -148,12 +147,8 @@ def write_entries(path: Path, entries: list[dict]) -> list[str]:
     render (its params in the family's declared space, its scope narrowing the family's: the
     checks render_human.py makes), and a label already there must hold the same entry (then it is
     skipped); nothing is written unless every entry passes."""
-    from harness.agent.families import load_family
+    from harness.agent.families import load_family, point_scope
 
-    spec = importlib.util.spec_from_file_location("render_human", ROOT / "prompts/kernels/render_human.py")
-    assert spec is not None and spec.loader is not None
-    render_human = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(render_human)
     doc = json.loads(path.read_text())
     have = {(c["op"], c["label"]): c for c in doc["candidates"]}
     added = []
@@ -163,7 +158,7 @@ def write_entries(path: Path, entries: list[dict]) -> list[str]:
             raise SystemExit(f"pick_winner: {e['label']}: its params are outside {e['family']}.space.json "
                              "(a render_variant.py --outside-space study): widen the space first")
         try:
-            render_human.point_scope(fam.scope, e)
+            point_scope(fam.scope, e)
         except ValueError as exc:
             raise SystemExit(f"pick_winner: {exc}") from None
         old = have.get((e["op"], e["label"]))

@@ -333,6 +333,28 @@ class SlowerStages(ToolchainStages):
                         timings=[Timing(b, 8, k, inc, 2.7, 35.0, 55.0) for b, k, inc in self.times])
 
 
+def _run_one_draft(monkeypatch, stages: ToolchainStages, run_id: str, promote: bool = False) -> tuple[dict, list[str]]:
+    """One round of one scripted draft through the real loop, `stages` standing in for the GPU;
+    the full gates are a test double that records which candidate they were asked to gate (the real
+    gates need the repo's git base; the loop's choice is under test). Returns (summary, gated ids)."""
+    import harness.agent.gating as gating
+
+    gated_ids: list[str] = []
+
+    def fake_gates(op, cid, *a, **kw):
+        gated_ids.append(cid)
+        return {"candidate": cid, "passed": False, "verdicts": {"perf_sweep": "FAIL"}}
+
+    monkeypatch.setattr(gating, "run_full_gates", fake_gates)
+    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=1, candidates_per_round=1, archs=["sm_90a"],
+                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1, promote=promote)
+    with ScriptedLLM([("reply", fenced(tiny_kernel()))]) as srv:
+        cfg.base_url = srv.url + "/v1"
+        opt = start(cfg, run_id=run_id, stages=stages)
+        opt.run()
+    return json.loads((opt.log.folder / "summary.json").read_text()), gated_ids
+
+
 @pytest.mark.parametrize("times, gated, why", [
     ([(1, 9.5, 9.2), (64, 17.5, 16.9)], False, "slower than the promoted 876e935cf35f at every search point"),
     ([(1, 9.1, 9.2), (64, 17.5, 16.9)], False, "0.988x the promoted 876e935cf35f at the search points (geomean), "
@@ -343,22 +365,7 @@ class SlowerStages(ToolchainStages):
 def test_gates_skipped_when_below_the_perf_bar_over_the_promoted_kernel(harness_root, monkeypatch, times, gated, why):
     """Session 24 on the H200: the loop gated a draft 1.007x the promoted router, and the gates ran
     for minutes although the perf gate wants 1.05 (gate_config perf_sweep.geomean_margin)."""
-    import harness.agent.gating as gating
-
-    gated_ids: list[str] = []
-
-    def fake_gates(op, cid, *a, **kw):           # the real gates need the repo's git base; the loop's choice is under test
-        gated_ids.append(cid)
-        return {"candidate": cid, "passed": False, "verdicts": {"perf_sweep": "FAIL"}}
-
-    monkeypatch.setattr(gating, "run_full_gates", fake_gates)
-    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=1, candidates_per_round=1, archs=["sm_90a"],
-                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1, promote=not gated)
-    with ScriptedLLM([("reply", fenced(tiny_kernel()))]) as srv:
-        cfg.base_url = srv.url + "/v1"
-        opt = start(cfg, run_id="t-slower", stages=SlowerStages(times))
-        opt.run()
-    summary = json.loads((opt.log.folder / "summary.json").read_text())
+    summary, gated_ids = _run_one_draft(monkeypatch, SlowerStages(times), "t-slower", promote=not gated)
     assert bool(gated_ids) is gated
     if not gated:
         assert summary["gates"]["ran"] is False
@@ -602,18 +609,7 @@ def test_the_loop_holds_a_draft_to_the_reference_where_no_promoted_kernel_runs(h
     """Before session 48 a draft whose points a promoted kernel covers only in part had no speedup
     over what it would replace (vs_promoted needs every point), so the loop gated it blind and gave
     no narrowing hint: a skinny_gemm draft over all 13 GEMM shapes, three of which have kernels."""
-    import harness.agent.gating as gating
-
-    gated_ids: list[str] = []
-    monkeypatch.setattr(gating, "run_full_gates", lambda op, cid, *a, **kw: gated_ids.append(cid) or
-                        {"candidate": cid, "passed": False, "verdicts": {"perf_sweep": "FAIL"}})
-    cfg = OptimizeConfig(op=OP, agent="openai:gpt-4o", rounds=1, candidates_per_round=1, archs=["sm_90a"],
-                         retry_base_delay_s=0.05, request_timeout_s=20.0, compile_workers=1)
-    with ScriptedLLM([("reply", fenced(tiny_kernel()))]) as srv:
-        cfg.base_url = srv.url + "/v1"
-        opt = start(cfg, run_id="t-today", stages=TodayStages(times))
-        opt.run()
-    summary = json.loads((opt.log.folder / "summary.json").read_text())
+    summary, gated_ids = _run_one_draft(monkeypatch, TodayStages(times), "t-today")
     assert bool(gated_ids) is gated
     sp = summary["speedup"]
     ts = [(inc if cov else ref) / k for _, _, k, inc, ref, cov in times]
