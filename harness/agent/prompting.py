@@ -19,6 +19,7 @@ from .ledger import load_ledger
 from .providers import Message
 from .records import CandidateRecord
 from .stages import POINT_CONTEXT
+from .state import Incumbent
 
 PROMPT_POINTS = (1, 8, 64)        # batches shown in the drafting prompt's target table
 
@@ -57,10 +58,12 @@ def system_prompt(defn: OpDefinition, profile: GpuProfile, archs: tuple[str, ...
 
 def draft_prompt(defn: OpDefinition, profile: GpuProfile, tp: int, best: CandidateRecord | None,
                  best_source: str | None, history: list[CandidateRecord], hint: str = "",
-                 incumbents: dict[int, tuple[float, bool]] | None = None,
+                 incumbents: dict[int, Incumbent] | None = None,
                  promoted: tuple[str, str] | None = None) -> str:
-    """The drafting prompt. `incumbents`: batch -> (us, is the reference) of what runs each search
-    point today (RunState.incumbent_times). `promoted` = (id, source) of the op's promoted kernel,
+    """The drafting prompt. `incumbents`: batch -> what runs that batch's search point today and its
+    time (RunState.incumbent_times); the target table's row for the batch (floor, bytes, time to
+    beat) is at that point's shape and state dtype, so the floor and the time to beat are of one
+    GEMM. `promoted` = (id, source) of the op's promoted kernel,
     shown when this run has no best kernel yet: a first draft starts from what is in production.
     The op's ledger (`ledger.load_ledger`: ideas measured on a GPU before and not kept) is listed in
     every draft."""
@@ -72,12 +75,17 @@ def draft_prompt(defn: OpDefinition, profile: GpuProfile, tp: int, best: Candida
                 "shape_b1": list(shapes1[t.name]), "doc": t.doc} for t in defn.inputs + defn.outputs]
     points = []
     for b in PROMPT_POINTS:
+        inc = (incumbents or {}).get(b)
         pt = Point(batch=b, tp=tp, context=p1.context)
+        if inc is not None:
+            pt = Point(batch=b, tp=tp, context=p1.context, shape=inc.shape, state_dtype=inc.state_dtype)
         rl = roofline(defn.flops(pt), defn.min_bytes(pt), profile)
-        inc_us, on_reference = (incumbents or {}).get(b, (None, False))
-        points.append({"batch": b, "min_mbytes": defn.min_bytes(pt) / 1e6, "gflops": defn.flops(pt) / 1e9,
-                       "floor_us": rl.floor_us, "bound": rl.bound,
-                       "incumbent_us": inc_us, "incumbent_is_reference": on_reference})
+        key = [k for k in (inc.shape if inc else "",
+                           inc.state_dtype if inc and len(defn.state_dtypes) > 1 else "") if k]
+        points.append({"batch": b, "key": " ".join(key), "min_mbytes": defn.min_bytes(pt) / 1e6,
+                       "gflops": defn.flops(pt) / 1e9, "floor_us": rl.floor_us, "bound": rl.bound,
+                       "incumbent_us": inc.us if inc else None,
+                       "incumbent_is_reference": inc.on_reference if inc else False})
     static_args = ", ".join(a for a in ("state_dtype" if len(defn.state_dtypes) > 1 else "",) if a)
     best_ctx = None
     if best is not None and best_source is not None:

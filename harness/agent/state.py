@@ -9,6 +9,18 @@ from .records import CandidateRecord, CompileInfo, ScoreKind, StageStatus
 from .runlog import EventKind, RunLog
 
 
+@dataclass(frozen=True)
+class Incumbent:
+    """What runs one search point today, as the newest evaluation timed it: the drafting prompt's
+    time to beat at that point. `shape` and `state_dtype` name the point ("" = the op's default
+    shape), so the prompt computes its floor there too."""
+
+    us: float
+    on_reference: bool            # no promoted kernel covers the point: the eager reference runs it
+    shape: str = ""
+    state_dtype: str = "fp32"
+
+
 @dataclass
 class RunState:
     config: dict[str, Any] = field(default_factory=dict)
@@ -125,20 +137,20 @@ class RunState:
         ok = [r for r in self.ranked() if r.verified and r.score_kind is ScoreKind.TIME_US]
         return ok[0] if ok else None
 
-    def incumbent_times(self) -> dict[int, tuple[float, bool]]:
-        """batch -> (median us of what runs this run's search point today, whether that is the
-        eager reference), from the newest evaluation that timed it (each draft's evaluation times
-        the promoted kernel beside the draft, and the reference). Today's path is the promoted
-        kernel covering the point, else the reference (Timing.today_us). Where the points also
-        vary a static key (state dtype, GEMM shape), the first key timed stands for its batch, as
-        the drafting prompt's target table shows one row a batch."""
-        out: dict[int, tuple[float, bool]] = {}
+    def incumbent_times(self) -> dict[int, Incumbent]:
+        """batch -> what runs this run's search point today and its median time, from the newest
+        evaluation that timed it (each draft's evaluation times the promoted kernel beside the
+        draft, and the reference). Today's path is the promoted kernel covering the point, else the
+        reference (Timing.today_us). Where the points also vary a static key (state dtype, GEMM
+        shape), the first key timed stands for its batch, as the drafting prompt's target table
+        shows one row a batch; the Incumbent names that key."""
+        out: dict[int, Incumbent] = {}
         for r in sorted(self.records.values(), key=lambda c: (c.round, c.slot)):
             if r.evaluate is not None and r.evaluate.timings:
                 first = (r.evaluate.timings[0].state_dtype, r.evaluate.timings[0].shape)
                 for t in r.evaluate.timings:
                     if (us := t.today_us) is not None and (t.state_dtype, t.shape) == first:
-                        out[t.batch] = (us, t.covered is False)
+                        out[t.batch] = Incumbent(us, t.covered is False, t.shape, t.state_dtype)
         return out
 
     def template_scores(self) -> dict[str, float]:

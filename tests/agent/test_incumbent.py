@@ -644,3 +644,42 @@ def test_the_drafting_prompt_names_the_reference_where_it_is_the_incumbent(harne
     assert ("the incumbent (the eager reference, which runs this point today: no promoted kernel covers it, "
             "measured in this run) 6.00 us: beat it") in round2
     assert "the incumbent (the promoted kernel" not in round2
+
+
+def test_the_target_table_computes_its_floor_at_the_incumbents_gemm_shape():
+    """Before session 49 a row's floor was at the op's default shape (skinny_gemm: latent_down) while
+    its time to beat came from the first shape the search timed, so a row could pair latent_down's
+    bytes with mla_q_b's time. Now both are of the shape the incumbent was timed at, and the row
+    names it; a batch with no incumbent keeps the default shape."""
+    import reference_impls
+    from harness.agent.prompting import draft_prompt
+    from harness.agent.state import Incumbent
+
+    defn = reference_impls.get("skinny_gemm")
+    text = draft_prompt(defn, gpu("h200"), 8, None, None, [],
+                        incumbents={1: Incumbent(6.0, True, shape="mla_q_b")})
+    k, n = 1536, (96 // 8) * (128 + 64)                           # mla_q_b at TP8: q_lora -> h*192
+    mb = (k * n + k + n) * 2 / 1e6                                # bf16 weight, x and out at B=1
+    row1 = next(line for line in text.splitlines() if line.startswith("- B=1 "))
+    assert row1.startswith(f"- B=1 (mla_q_b): {mb:.2f} MB moved at least")
+    assert "the eager reference, which runs this point today" in row1 and "6.00 us: beat it" in row1
+    k, n = 7168, defn.extra["shapes"][8]["latent_down"][1]        # B=8 has no incumbent: the default
+    row8 = next(line for line in text.splitlines() if line.startswith("- B=8"))
+    assert row8.startswith(f"- B=8: {(k * n + 8 * k + 8 * n) * 2 / 1e6:.2f} MB moved at least")
+    assert "beat it" not in row8
+
+
+def test_incumbent_times_name_the_key_they_were_timed_at(harness_root):
+    """RunState.incumbent_times keeps, per batch, the first static key an evaluation timed, and says
+    which it is and whether the reference runs it."""
+    from harness.agent.records import CandidateRecord
+    from harness.agent.state import Incumbent, RunState
+
+    st = RunState()
+    rec = CandidateRecord(id="c1", round=1, slot=0, author="test")
+    rec.evaluate = EvalInfo(StageStatus.OK, "OK", "", timings=[
+        Timing(1, 8, 5.0, None, 2.7, None, 6.0, shape="mla_q_b", covered=False),
+        Timing(1, 8, 9.0, 8.0, 2.7, None, 12.0, shape="latent_down", covered=True),
+        Timing(8, 8, 7.0, None, 3.1, None, 7.5, shape="mla_q_b", covered=False)])
+    st.records["c1"] = rec
+    assert st.incumbent_times() == {1: Incumbent(6.0, True, "mla_q_b"), 8: Incumbent(7.5, True, "mla_q_b")}
