@@ -65,7 +65,7 @@ class ToolchainStages:
         rep = evaluate_candidate(cand, points, archs=list(cand.scope.archs), check_static=False, run_gpu=True,
                                  incumbent=incumbents,
                                  timeout_s=self.eval_timeout_s, compile_timeout_s=self.compile_timeout_s)
-        return eval_info_from_report(rep, self.gpu_name, covered_points(incumbents, points))
+        return eval_info_from_report(rep, self.gpu_name, covered_points(incumbents, points, rep.arch))
 
 
 SEARCH_BATCHES = (1, 8, 64)        # batches timed during the search; the perf gate sweeps all
@@ -144,11 +144,16 @@ def promoted_incumbents(cand, points) -> list[Any]:
     return out
 
 
-def covered_points(incumbents: list[Any], points: list[Any]) -> set[Any]:
-    """The points some promoted kernel's scope covers (where production runs it; the reference
-    runs the rest). A covering kernel the worker cannot time (not built for the device's arch)
-    leaves its points without a time of today's path, so no claim is made there."""
-    return {p for p in points if any(inc.scope.contains(p) for inc in incumbents)}
+def covered_points(incumbents: list[Any], points: list[Any], arch: str = "") -> set[Any]:
+    """The points some promoted kernel runs on a device of `arch` (its scope covers the point and
+    declares the arch, or declares none); the reference runs the rest there. This is the registry's
+    dispatch rule, and the GPU worker's (gpu_eval.pick_incumbent): a kernel built for sm_103a alone
+    is not called on an H200, so the reference is what a draft must beat there. `arch` "" (not
+    known): scope alone decides."""
+    def runs_here(inc: Any) -> bool:
+        return not arch or not inc.scope.archs or arch in inc.scope.archs
+
+    return {p for p in points if any(inc.scope.contains(p) and runs_here(inc) for inc in incumbents)}
 
 
 def eval_info_from_report(rep: Any, gpu_name: str, covered: set[Any] | None = None) -> EvalInfo:

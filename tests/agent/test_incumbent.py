@@ -160,7 +160,8 @@ def test_evaluate_stage_passes_the_promoted_kernel_to_the_worker(monkeypatch):
     def fake_evaluate_candidate(cand, points, **kw):       # the GPU worker cannot run here
         seen.update(cand=cand.id, points=[(p.batch, p.tp) for p in points], incumbent=kw.get("incumbent"))
         return SimpleNamespace(op=cand.op, verdict=SimpleNamespace(value="OK"), message="3 points correct",
-                               points=[], worker_log_tail="", incumbent_id=None, incumbent_errors=[])
+                               points=[], worker_log_tail="", incumbent_id=None, incumbent_errors=[],
+                               arch="sm_90a")
 
     monkeypatch.setattr(ev, "evaluate_candidate", fake_evaluate_candidate)
     other = load_candidate(OP, _other_candidate(OP))
@@ -553,6 +554,25 @@ def test_eval_info_marks_the_points_a_promoted_kernel_covers():
     assert "B=1 mla_q_b: 5.00 us; no promoted kernel covers this point, so the eager reference runs it" in text
 
 
+def test_a_promoted_kernel_not_built_for_the_device_leaves_its_points_to_the_reference():
+    """The registry calls a kernel only on an arch its scope declares, and the GPU worker times it
+    only there (gpu_eval.pick_incumbent): on an H200 (sm_90a) a kernel scoped to sm_103a alone
+    covers nothing, so the reference is today's path there. Before session 49 covered_points went
+    by scope alone, and such a point had no time of today's path at all."""
+    from dataclasses import replace
+
+    from harness.agent.stages import covered_points
+
+    _, broad = _skinny_entries()
+    inc = load_candidate("skinny_gemm", broad)
+    only_103 = SimpleNamespace(scope=replace(inc.scope, archs=("sm_103a",)))
+    pts = [Point(batch=1, tp=8, shape="latent_down"), Point(batch=64, tp=8, shape="latent_down")]
+    assert covered_points([only_103], pts, "sm_90a") == set()
+    assert covered_points([only_103], pts, "sm_103a") == {pts[0]}          # B=64 is outside its batch range
+    assert covered_points([only_103], pts) == {pts[0]}                     # arch unknown: scope alone
+    assert covered_points([inc, only_103], pts, "sm_90a") == {pts[0]}
+
+
 def test_evaluate_stage_tells_which_points_a_promoted_kernel_covers(monkeypatch):
     import harness.toolchain.evaluate as ev
 
@@ -564,7 +584,7 @@ def test_evaluate_stage_tells_which_points_a_promoted_kernel_covers(monkeypatch)
                                incumbent_id="x" if p in covered_inc else None, point=lambda p=p: p)
                for p in points]
         return SimpleNamespace(op=cand.op, verdict=SimpleNamespace(value="OK"), message="", points=pts,
-                               worker_log_tail="", incumbent_id="x", incumbent_errors=[])
+                               worker_log_tail="", incumbent_id="x", incumbent_errors=[], arch="sm_90a")
 
     monkeypatch.setattr(ev, "evaluate_candidate", fake_evaluate_candidate)
     narrow, broad = _skinny_entries()
