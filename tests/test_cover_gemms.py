@@ -40,3 +40,48 @@ def test_bench_refuses_before_any_gpu_work_without_its_candidates(tmp_path):
     r = _run("bench", RENDER_ROOT=str(tmp_path), OUT=str(tmp_path))
     assert r.returncode == 2 and "unset RENDER_ROOT" in r.stderr
     assert _run("nonsense").returncode == 2
+
+
+def _scratch_tree(tmp_path: Path) -> Path:
+    """What propose reads and writes, copied: the templates and human_candidates.json, the scripts,
+    and the two ops' candidate folders (HARNESS_ROOT points the renders here)."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    shutil.copytree(ROOT / "prompts", tree / "prompts")
+    shutil.copytree(ROOT / "scripts", tree / "scripts")
+    for op in ("skinny_gemm", "gemm_situ_and_mul"):
+        shutil.copytree(ROOT / "kernels_generated" / op, tree / "kernels_generated" / op,
+                        ignore=shutil.ignore_patterns("evidence"))
+    return tree
+
+
+def test_propose_renders_the_winners_and_names_only_the_new_folders(tmp_path):
+    """Call 2's first half, on session 33's committed whole-family bench: its winner is 268009's
+    scope. With 268009's folder in place nothing is new (no gate to run); without it, propose
+    appends the entry, renders it back to 268009f21621 and names that folder alone."""
+    import lzma
+
+    cover = tmp_path / "cover"
+    cover.mkdir()
+    (cover / "bench_cover_skinny.json").write_bytes(
+        lzma.open(ROOT / "results/h200/session33/bench_skinny33.json.xz").read())
+    tree = _scratch_tree(tmp_path)
+    env = {"COVER_DIR": str(cover), "HARNESS_ROOT": str(tree)}
+    n0 = len(json.loads((tree / "prompts/kernels/human_candidates.json").read_text())["candidates"])
+    r = _run("propose", cwd=tree, **env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "" and "added 268009_cover_tp8_16" in r.stderr
+    import shutil
+
+    shutil.rmtree(tree / "kernels_generated/skinny_gemm/268009f21621")
+    r = _run("propose", cwd=tree, **env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["skinny_gemm/268009f21621"]
+    assert "nothing (every entry was there)" in r.stderr
+    assert len(json.loads((tree / "prompts/kernels/human_candidates.json").read_text())["candidates"]) == n0 + 1
+
+
+def test_gate_refuses_without_call_1s_results(tmp_path):
+    r = _run("gate", cwd=tmp_path, OUT=str(tmp_path), COVER_DIR=str(tmp_path / "none"))
+    assert r.returncode == 2 and "no bench results in" in r.stderr and list(tmp_path.iterdir()) == []

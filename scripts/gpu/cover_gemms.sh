@@ -9,6 +9,14 @@
 #   device:  carry [".device"] (the bench needs no .whl; slimmed with the seven renders, 60.3 MiB of 64):
 #            source scripts/gpu/setup.sh && export HARNESS_CACHE=/tmp/k3c && export OUT && \
 #              bash scripts/gpu/cover_gemms.sh bench
+#   device:  call 2, within the warm machine's idle window (seconds) after call 1, carry [".device"]:
+#            source scripts/gpu/setup.sh && export HARNESS_CACHE=/tmp/k3c && export OUT && \
+#              bash scripts/gpu/cover_gemms.sh gate
+#            proposes and renders the winners from call 1's JSONs (kept in COVER_DIR, default
+#            /tmp/cover) exactly as the next step does here, then runs the perf gate on the new
+#            candidates (regate.sh PHASE=perf at at_head.sh's snapshot): $OUT/regate_perf.*,
+#            $OUT/new_ids.txt, $OUT/human_candidates.json. Saves a cold start: a machine goes back
+#            after ~30 s idle, so the commit below could not happen between the two calls.
 #   here:    bash scripts/gpu/slim_tree.sh off; copy FILES_AT/* to results/h200/<session>/;
 #            python scripts/gpu/pick_winner.py <that>/bench_cover_skinny.json skinny_gemm cublas \
 #              --per-shape --propose --exclude-shapes shared_gate_up --write prompts/kernels/human_candidates.json
@@ -30,6 +38,7 @@
 set -uo pipefail
 PY=${PYTHON:-python3}
 ROOT_DIR=${RENDER_ROOT:-kernels_generated}
+COVER_DIR=${COVER_DIR:-/tmp/cover}    # bench copies its JSONs here; propose and gate read them (call 2)
 SKINNY_SHAPES=kda_in_proj,kda_f_b,kda_o_proj,mla_q_b,mla_g_proj,mla_o_proj,shared_gate_up,shared_down,dense_gate_up,dense_down
 SKINNY_IDS=(ee9e383345ca 714b8ad29be3 aa998eebb59c a4310c441db5)
 SITU_IDS=(8a451464ad6f f2a104e5af12 ce2ec19d6e81)
@@ -83,6 +92,7 @@ bench() {
     --batches 1,8 --shapes dense_gate_up --candidates "$(prefixes "${SITU_IDS[@]}")" \
     --no-compile-baseline --no-eager --rounds 3 --step-deadline-s 60
   mv "$OUT/bench_kernels_gemm_situ_and_mul.json" "$OUT/bench_cover_gemm_situ.json" 2>/dev/null
+  mkdir -p "$COVER_DIR" && cp "$OUT"/bench_cover_*.json "$COVER_DIR"/ 2>/dev/null   # for gate, call 2
   {
     [ -f "$OUT/bench_cover_skinny.json" ] && "$PY" scripts/gpu/pick_winner.py "$OUT/bench_cover_skinny.json" \
       skinny_gemm cublas --per-shape --propose --exclude-shapes shared_gate_up
@@ -93,9 +103,47 @@ bench() {
   ls "$OUT"
 }
 
+candidates() { ls -d kernels_generated/skinny_gemm/*/ kernels_generated/gemm_situ_and_mul/*/ 2>/dev/null | sort; }
+
+propose() {            # the winners of COVER_DIR's benches into human_candidates.json, rendered; prints the new OP/IDs
+  local before
+  if [ ! -f "$COVER_DIR/bench_cover_skinny.json" ] && [ ! -f "$COVER_DIR/bench_cover_gemm_situ.json" ]; then
+    echo "cover_gemms.sh: no bench results in $COVER_DIR (bench keeps them there; set COVER_DIR)" >&2
+    return 2
+  fi
+  before=$(candidates)
+  if [ -f "$COVER_DIR/bench_cover_skinny.json" ]; then
+    "$PY" scripts/gpu/pick_winner.py "$COVER_DIR/bench_cover_skinny.json" skinny_gemm cublas --per-shape --propose \
+      --exclude-shapes shared_gate_up --write prompts/kernels/human_candidates.json >&2 || return 3
+  fi
+  if [ -f "$COVER_DIR/bench_cover_gemm_situ.json" ]; then
+    "$PY" scripts/gpu/pick_winner.py "$COVER_DIR/bench_cover_gemm_situ.json" gemm_situ_and_mul cublas+situ \
+      --per-shape --propose --write prompts/kernels/human_candidates.json >&2 || return 3
+  fi
+  "$PY" prompts/kernels/render_human.py --op skinny_gemm >&2 && "$PY" prompts/kernels/render_human.py \
+    --op gemm_situ_and_mul >&2 || return 3
+  comm -13 <(echo "$before") <(candidates) | sed 's#^kernels_generated/##; s#/$##'
+}
+
+gate() {
+  local new
+  : "${OUT:?export OUT, the output folder of the device call}"
+  new=$(propose) || return $?
+  cp prompts/kernels/human_candidates.json "$OUT"/
+  echo "$new" > "$OUT/new_ids.txt"
+  if [ -z "$new" ]; then echo "cover_gemms.sh: no new candidate won; nothing to gate"; return 0; fi
+  echo "new candidates: $(echo $new)"
+  # shellcheck disable=SC1091
+  source scripts/gpu/at_head.sh || return 3           # the tree with the renders, committed: /tmp/head
+  # shellcheck disable=SC2086
+  PHASE=perf bash scripts/gpu/regate.sh $new
+}
+
 case "${1:-}" in
   render) render ;;
   bench) bench ;;
   missing) missing ;;
-  *) echo "usage: bash scripts/gpu/cover_gemms.sh render|bench|missing" >&2; exit 2 ;;
+  propose) propose ;;
+  gate) gate ;;
+  *) echo "usage: bash scripts/gpu/cover_gemms.sh render|bench|gate|propose|missing" >&2; exit 2 ;;
 esac
