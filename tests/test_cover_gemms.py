@@ -85,3 +85,16 @@ def test_propose_renders_the_winners_and_names_only_the_new_folders(tmp_path):
 def test_gate_refuses_without_call_1s_results(tmp_path):
     r = _run("gate", cwd=tmp_path, OUT=str(tmp_path), COVER_DIR=str(tmp_path / "none"))
     assert r.returncode == 2 and "no bench results in" in r.stderr and list(tmp_path.iterdir()) == []
+
+
+def test_perf_passed_reads_regate_summaries(tmp_path):
+    """gate runs the other gates only on what passed perf_sweep: read from regate.sh's summary
+    (session 33's real one, and a made-up one with a refusal and an unfinished candidate)."""
+    r = _run("perf-passed", str(ROOT / "results/h200/session33/regate_perf.txt"))
+    assert r.stdout.split() == ["skinny_gemm/268009f21621"]
+    summary = tmp_path / "regate_perf.txt"
+    summary.write_text("#### skinny_gemm/aaaaaaaaaaaa\n== aaaaaaaaaaaa: harness gate exit 1 after 90 s\n"
+                       "   FAIL     perf_sweep          88.0 s\n            geomean speedup 0.98\n"
+                       "#### gemm_situ_and_mul/bbbbbbbbbbbb\n   PASS     perf_sweep          60.0 s\n"
+                       "#### skinny_gemm/cccccccccccc\n(no verdict yet)\n")
+    assert _run("perf-passed", str(summary)).stdout.split() == ["gemm_situ_and_mul/bbbbbbbbbbbb"]

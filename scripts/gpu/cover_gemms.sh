@@ -9,12 +9,13 @@
 #   device:  carry [".device"] (the bench needs no .whl; slimmed with the seven renders, 60.3 MiB of 64):
 #            source scripts/gpu/setup.sh && export HARNESS_CACHE=/tmp/k3c && export OUT && \
 #              bash scripts/gpu/cover_gemms.sh bench
-#   device:  call 2, within the warm machine's idle window (seconds) after call 1, carry [".device"]:
+#   device:  call 2, within the warm machine's idle window (seconds) after call 1, carry [".device", ".whl"]:
 #            source scripts/gpu/setup.sh && export HARNESS_CACHE=/tmp/k3c && export OUT && \
 #              bash scripts/gpu/cover_gemms.sh gate
 #            proposes and renders the winners from call 1's JSONs (kept in COVER_DIR, default
 #            /tmp/cover) exactly as the next step does here, then runs the perf gate on the new
-#            candidates (regate.sh PHASE=perf at at_head.sh's snapshot): $OUT/regate_perf.*,
+#            candidates (regate.sh PHASE=perf at at_head.sh's snapshot), then, time left, the other
+#            gates (PHASE=checks) on those that passed: $OUT/regate_{perf,checks}.*,
 #            $OUT/new_ids.txt, $OUT/human_candidates.json. Saves a cold start: a machine goes back
 #            after ~30 s idle, so the commit below could not happen between the two calls.
 #   here:    bash scripts/gpu/slim_tree.sh off; copy FILES_AT/* to results/h200/<session>/;
@@ -137,6 +138,26 @@ gate() {
   source scripts/gpu/at_head.sh || return 3           # the tree with the renders, committed: /tmp/head
   # shellcheck disable=SC2086
   PHASE=perf bash scripts/gpu/regate.sh $new
+  # Then the other gates for those that passed it, when the call has time left for them (one
+  # candidate's checks took 164 s in session 33; several run side by side) and llguidance is there
+  # (carry .whl too: numerics_model's structured-output run needs it). GATE_DEADLINE_S: seconds
+  # from this script's start the call may use (default 580 of a device call's 600).
+  local passed left
+  passed=$(perf_passed "$OUT/regate_perf.txt")
+  left=$(( ${GATE_DEADLINE_S:-580} - SECONDS ))
+  if [ -z "$passed" ]; then echo "no new candidate passed perf_sweep"; return 0; fi
+  if ! python3 -c "import llguidance" 2>/dev/null; then
+    echo "checks not run: llguidance missing (carry .whl); run PHASE=checks regate.sh $(echo $passed)"; return 0
+  fi
+  if [ "$left" -lt 200 ]; then
+    echo "checks not run: ${left} s left of the call; run PHASE=checks regate.sh $(echo $passed)"; return 0
+  fi
+  # shellcheck disable=SC2086
+  PHASE=checks timeout "$left" bash scripts/gpu/regate.sh $passed
+}
+
+perf_passed() {        # the OP/IDs a regate_perf.txt summary shows passing perf_sweep
+  awk '/^#### /{c=$2} /^ *PASS +perf_sweep/{if (c) print c; c=""}' "$1" 2>/dev/null
 }
 
 case "${1:-}" in
@@ -144,6 +165,7 @@ case "${1:-}" in
   bench) bench ;;
   missing) missing ;;
   propose) propose ;;
+  perf-passed) perf_passed "${2:?a regate_perf.txt}" ;;
   gate) gate ;;
   *) echo "usage: bash scripts/gpu/cover_gemms.sh render|bench|gate|propose|missing" >&2; exit 2 ;;
 esac
