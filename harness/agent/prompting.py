@@ -10,6 +10,7 @@ import hashlib
 import inspect
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 from .. import paths
@@ -76,13 +77,12 @@ def draft_prompt(defn: OpDefinition, profile: GpuProfile, tp: int, best: Candida
     points = []
     for b in PROMPT_POINTS:
         inc = (incumbents or {}).get(b)
-        pt = Point(batch=b, tp=tp, context=p1.context)
+        pt = Point(batch=b, tp=tp, context=p1.context)                  # the op's default shape and state
         if inc is not None:
-            pt = Point(batch=b, tp=tp, context=p1.context, shape=inc.shape, state_dtype=inc.state_dtype)
+            pt = replace(pt, shape=inc.shape, state_dtype=inc.state_dtype)
         rl = roofline(defn.flops(pt), defn.min_bytes(pt), profile)
-        key = [k for k in (inc.shape if inc else "",
-                           inc.state_dtype if inc and len(defn.state_dtypes) > 1 else "") if k]
-        points.append({"batch": b, "key": " ".join(key), "min_mbytes": defn.min_bytes(pt) / 1e6,
+        key = [pt.shape] + ([pt.state_dtype] if inc and len(defn.state_dtypes) > 1 else [])
+        points.append({"batch": b, "key": " ".join(k for k in key if k), "min_mbytes": defn.min_bytes(pt) / 1e6,
                        "gflops": defn.flops(pt) / 1e9, "floor_us": rl.floor_us, "bound": rl.bound,
                        "incumbent_us": inc.us if inc else None,
                        "incumbent_is_reference": inc.on_reference if inc else False})

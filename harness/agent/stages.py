@@ -146,14 +146,13 @@ def promoted_incumbents(cand, points) -> list[Any]:
 
 def covered_points(incumbents: list[Any], points: list[Any], arch: str = "") -> set[Any]:
     """The points some promoted kernel runs on a device of `arch` (its scope covers the point and
-    declares the arch, or declares none); the reference runs the rest there. This is the registry's
-    dispatch rule, and the GPU worker's (gpu_eval.pick_incumbent): a kernel built for sm_103a alone
-    is not called on an H200, so the reference is what a draft must beat there. `arch` "" (not
-    known): scope alone decides."""
-    def runs_here(inc: Any) -> bool:
-        return not arch or not inc.scope.archs or arch in inc.scope.archs
+    declares the arch: gpu_eval.runs_on, the rule the GPU worker times by); the reference runs the
+    rest there. A kernel built for sm_103a alone is not called on an H200, so the reference is what
+    a draft must beat there. `arch` "" (not known): scope alone decides."""
+    from ..toolchain.gpu_eval import runs_on
 
-    return {p for p in points if any(inc.scope.contains(p) and runs_here(inc) for inc in incumbents)}
+    here = [inc for inc in incumbents if not arch or runs_on(inc.scope.archs, arch)]
+    return {p for p in points if any(inc.scope.contains(p) for inc in here)}
 
 
 def eval_info_from_report(rep: Any, gpu_name: str, covered: set[Any] | None = None) -> EvalInfo:

@@ -257,11 +257,17 @@ def run_evaluate(job: dict[str, Any], compile_kernel) -> dict[str, Any]:
     return out
 
 
+def runs_on(archs: Any, arch: str) -> bool:
+    """Whether a kernel whose scope declares `archs` is called on a device of `arch`: the
+    registry's dispatch rule (a scope without archs declares every arch)."""
+    return not archs or arch in archs
+
+
 def pick_incumbent(incumbents: list[dict[str, Any]], covering: list[int], arch: str) -> int | None:
     """Which incumbent runs a point: the first of `covering` (indices into the job's incumbents
     whose scope covers the point, in the order a call tries them) that declares this device's
-    arch (the registry would not call it elsewhere); None: the reference runs the point."""
-    return next((i for i in covering if not incumbents[i].get("archs") or arch in incumbents[i]["archs"]), None)
+    arch (runs_on; the registry would not call it elsewhere); None: the reference runs the point."""
+    return next((i for i in covering if runs_on(incumbents[i].get("archs"), arch)), None)
 
 
 def _load_incumbent(path: str, idx: int, job, pt, static: dict[str, str]):

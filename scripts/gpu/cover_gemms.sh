@@ -94,14 +94,21 @@ bench() {
     --no-compile-baseline --no-eager --rounds 3 --step-deadline-s 60
   mv "$OUT/bench_kernels_gemm_situ_and_mul.json" "$OUT/bench_cover_gemm_situ.json" 2>/dev/null
   mkdir -p "$COVER_DIR" && cp "$OUT"/bench_cover_*.json "$COVER_DIR"/ 2>/dev/null   # for gate, call 2
-  {
-    [ -f "$OUT/bench_cover_skinny.json" ] && "$PY" scripts/gpu/pick_winner.py "$OUT/bench_cover_skinny.json" \
-      skinny_gemm cublas --per-shape --propose --exclude-shapes shared_gate_up
-    [ -f "$OUT/bench_cover_gemm_situ.json" ] && "$PY" scripts/gpu/pick_winner.py "$OUT/bench_cover_gemm_situ.json" \
-      gemm_situ_and_mul cublas+situ --per-shape --propose
-  } > "$OUT/propose.txt" 2>&1
+  winners "$OUT" > "$OUT/propose.txt" 2>&1
   cat "$OUT/propose.txt"
   ls "$OUT"
+}
+
+winners() {            # pick_winner's proposal from the bench JSONs in $1 (extra args: --write FILE); non-zero if one fails
+  local dir=$1; shift
+  if [ -f "$dir/bench_cover_skinny.json" ]; then
+    "$PY" scripts/gpu/pick_winner.py "$dir/bench_cover_skinny.json" skinny_gemm cublas --per-shape --propose \
+      --exclude-shapes shared_gate_up "$@" || return
+  fi
+  if [ -f "$dir/bench_cover_gemm_situ.json" ]; then
+    "$PY" scripts/gpu/pick_winner.py "$dir/bench_cover_gemm_situ.json" gemm_situ_and_mul cublas+situ \
+      --per-shape --propose "$@" || return
+  fi
 }
 
 candidates() { ls -d kernels_generated/skinny_gemm/*/ kernels_generated/gemm_situ_and_mul/*/ 2>/dev/null | sort; }
@@ -113,14 +120,7 @@ propose() {            # the winners of COVER_DIR's benches into human_candidate
     return 2
   fi
   before=$(candidates)
-  if [ -f "$COVER_DIR/bench_cover_skinny.json" ]; then
-    "$PY" scripts/gpu/pick_winner.py "$COVER_DIR/bench_cover_skinny.json" skinny_gemm cublas --per-shape --propose \
-      --exclude-shapes shared_gate_up --write prompts/kernels/human_candidates.json >&2 || return 3
-  fi
-  if [ -f "$COVER_DIR/bench_cover_gemm_situ.json" ]; then
-    "$PY" scripts/gpu/pick_winner.py "$COVER_DIR/bench_cover_gemm_situ.json" gemm_situ_and_mul cublas+situ \
-      --per-shape --propose --write prompts/kernels/human_candidates.json >&2 || return 3
-  fi
+  winners "$COVER_DIR" --write prompts/kernels/human_candidates.json >&2 || return 3
   "$PY" prompts/kernels/render_human.py --op skinny_gemm >&2 && "$PY" prompts/kernels/render_human.py \
     --op gemm_situ_and_mul >&2 || return 3
   comm -13 <(echo "$before") <(candidates) | sed 's#^kernels_generated/##; s#/$##'
