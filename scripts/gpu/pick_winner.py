@@ -63,14 +63,17 @@ def incumbent_column(rec: dict, incumbent: str) -> str:
     return inc
 
 
-def shape_speedups(rec: dict, incumbent: str) -> dict[tuple[str, int], tuple[list[int], dict[str, list[float] | None]]]:
+Speedups = dict[tuple[str, int], tuple[list[int], dict[str, list[float] | None]]]
+
+
+def shape_speedups(rec: dict, incumbent: str) -> Speedups:
     """Per (shape, TP): the benchmarked batches, and per candidate label (the incumbent left out)
     its speedups over the incumbent at those batches, or None where a batch lacks a time of either."""
     inc = incumbent_column(rec, incumbent)
     groups: dict[tuple[str, int], list[dict]] = {}
     for row in rec["rows"]:
         groups.setdefault((row.get("shape", ""), int(row.get("tp", 0))), []).append(row)
-    out: dict[tuple[str, int], tuple[list[int], dict[str, list[float] | None]]] = {}
+    out: Speedups = {}
     for key, rows in sorted(groups.items()):
         by_label: dict[str, list[float] | None] = {}
         for label in rec["candidates"]:
@@ -83,12 +86,14 @@ def shape_speedups(rec: dict, incumbent: str) -> dict[tuple[str, int], tuple[lis
     return out
 
 
-def per_shape(rec: dict, incumbent: str, shape_min: float = 1.05) -> tuple[list[str], dict[str, dict[str, list[int]]]]:
+def per_shape(rec: dict, incumbent: str, shape_min: float = 1.05,
+              speedups: Speedups | None = None) -> tuple[list[str], dict[str, dict[str, list[int]]]]:
     """Per (shape, TP) and candidate: the slowest and fastest speedup over the incumbent across the
-    batches; and per candidate label, {shape: [TPs where it is >= shape_min at every batch]}."""
+    batches; and per candidate label, {shape: [TPs where it is >= shape_min at every batch]}.
+    speedups: shape_speedups(rec, incumbent), when the caller has it already."""
     lines: list[str] = []
     wins: dict[str, dict[str, list[int]]] = {}
-    for (shape, tp), (batches, by_label) in shape_speedups(rec, incumbent).items():
+    for (shape, tp), (batches, by_label) in (speedups or shape_speedups(rec, incumbent)).items():
         cells = []
         for label, r in by_label.items():
             if r is None:
@@ -103,15 +108,15 @@ def per_shape(rec: dict, incumbent: str, shape_min: float = 1.05) -> tuple[list[
 
 
 def propose(rec: dict, op: str, incumbent: str, shape_min: float = 1.05,
-            exclude_shapes: tuple[str, ...] = ()) -> list[dict]:
+            exclude_shapes: tuple[str, ...] = (), speedups: Speedups | None = None) -> list[dict]:
     """Human-candidate entries that cover every (shape, TP) some candidate wins by shape_min at
     every batch: each such point goes to the winner with the best geometric mean there, and each
     candidate's points become one entry per set of TPs (a scope is TPs x shapes). The batch range
     is the benchmarked one. Entries keep the bench's family and params; the label names the source
-    candidate and the TPs."""
+    candidate and the TPs. speedups: as for per_shape."""
     best: dict[tuple[str, int], str] = {}
     batches_at: dict[tuple[str, int], list[int]] = {}
-    for (shape, tp), (batches, by_label) in shape_speedups(rec, incumbent).items():
+    for (shape, tp), (batches, by_label) in (speedups or shape_speedups(rec, incumbent)).items():
         if shape in exclude_shapes:
             continue
         won = {lb: geomean(r) for lb, r in by_label.items() if r is not None and min(r) >= shape_min}
@@ -234,7 +239,8 @@ def main() -> None:
     if a.write is not None and not a.propose:
         raise SystemExit("pick_winner: --write goes with --propose")
     if a.per_shape:
-        lines, wins = per_shape(rec, a.incumbent, a.shape_min)
+        speedups = shape_speedups(rec, a.incumbent)
+        lines, wins = per_shape(rec, a.incumbent, a.shape_min, speedups)
         tps = sorted({int(row.get("tp", 0)) for row in rec["rows"]})
         report = "\n".join(lines + [""] + (scope_lines(rec, wins, tps) or ["no candidate wins any shape"]))
         if not a.propose:
@@ -242,7 +248,7 @@ def main() -> None:
             return
         print(report, file=sys.stderr)             # stdout carries the JSON alone
         excl = tuple(s for s in a.exclude_shapes.split(",") if s)
-        entries = propose(rec, a.op, a.incumbent, a.shape_min, excl)
+        entries = propose(rec, a.op, a.incumbent, a.shape_min, excl, speedups)
         print(json.dumps(entries, indent=1))
         if a.write is not None:
             added = write_entries(a.write, entries)
