@@ -91,9 +91,11 @@ def per_shape(rec: dict, incumbent: str, shape_min: float = 1.05,
     """Per (shape, TP) and candidate: the slowest and fastest speedup over the incumbent across the
     batches; and per candidate label, {shape: [TPs where it is >= shape_min at every batch]}.
     speedups: shape_speedups(rec, incumbent), when the caller has it already."""
+    if speedups is None:
+        speedups = shape_speedups(rec, incumbent)
     lines: list[str] = []
     wins: dict[str, dict[str, list[int]]] = {}
-    for (shape, tp), (batches, by_label) in (speedups or shape_speedups(rec, incumbent)).items():
+    for (shape, tp), (batches, by_label) in speedups.items():
         cells = []
         for label, r in by_label.items():
             if r is None:
@@ -114,9 +116,11 @@ def propose(rec: dict, op: str, incumbent: str, shape_min: float = 1.05,
     candidate's points become one entry per set of TPs (a scope is TPs x shapes). The batch range
     is the benchmarked one. Entries keep the bench's family and params; the label names the source
     candidate and the TPs. speedups: as for per_shape."""
+    if speedups is None:
+        speedups = shape_speedups(rec, incumbent)
     best: dict[tuple[str, int], str] = {}
     batches_at: dict[tuple[str, int], list[int]] = {}
-    for (shape, tp), (batches, by_label) in (speedups or shape_speedups(rec, incumbent)).items():
+    for (shape, tp), (batches, by_label) in speedups.items():
         if shape in exclude_shapes:
             continue
         won = {lb: geomean(r) for lb, r in by_label.items() if r is not None and min(r) >= shape_min}
