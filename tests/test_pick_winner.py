@@ -189,3 +189,39 @@ def test_write_refuses_entries_that_would_not_render_and_writes_nothing(pw, tmp_
         with pytest.raises(SystemExit, match=why):
             pw.write_entries(hc, [fine, bad])
         assert hc.read_text() == before
+
+
+def test_a_study_outside_the_space_is_never_proposed(pw):
+    """Session 51's H100 cover bench: a4310c (a render_variant.py --outside-space study, its ALT
+    plan on all ten shapes) wins mla_g_proj at both TPs, but only a candidate inside swapab's space
+    can be written; its points go to the best of the others (ee9e38 at TP8, aa998e at TP16)."""
+    rec = json.loads((ROOT / "results/h100/session51/bench_cover_skinny.json").read_text())["ops"]["skinny_gemm"]
+    studies = pw.outside_space(rec, "skinny_gemm")
+    assert studies == {"swapab:a4310c": "swapab"}
+    speedups = pw.shape_speedups(rec, "cublas")
+    assert max(pw.geomean(r) for lb, r in speedups[("mla_g_proj", 16)][1].items() if r) == pytest.approx(
+        pw.geomean(speedups[("mla_g_proj", 16)][1]["swapab:a4310c"]))
+    naive = pw.propose(rec, "skinny_gemm", "cublas", exclude_shapes=("shared_gate_up",))
+    assert any(e["label"].startswith("a4310c") for e in naive)
+    entries = pw.propose(rec, "skinny_gemm", "cublas", exclude_shapes=("shared_gate_up",),
+                         exclude_labels=frozenset(studies))
+    assert not any(e["label"].startswith("a4310c") for e in entries)
+    at = {(s, t): e["label"][:6] for e in entries for s in e["scope"]["shapes"] for t in e["scope"].get("tp", [8, 16])}
+    assert at[("mla_g_proj", 8)] == "ee9e38" and at[("mla_g_proj", 16)] == "aa998e"
+    assert set(at) == {k for e in naive for k in
+                       ((s, t) for s in e["scope"]["shapes"] for t in e["scope"].get("tp", [8, 16]))}
+
+
+def test_propose_on_the_command_line_names_the_study_it_left_out(tmp_path):
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/pick_winner.py"),
+                        str(ROOT / "results/h100/session51/bench_cover_skinny.json"), "skinny_gemm", "cublas",
+                        "--per-shape", "--propose", "--exclude-shapes", "shared_gate_up"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "swapab:a4310c (a4310c441db5): outside swapab.space.json, not proposed (it wins " in r.stderr
+    assert "mla_g_proj@8/16" in r.stderr
+    assert [e["label"] for e in json.loads(r.stdout)] == [
+        "714b8a_cover_tp8", "714b8a_cover_tp16", "aa998e_cover_tp8_16", "aa998e_cover_tp16",
+        "ee9e38_cover_tp8", "ee9e38_cover_tp8_16", "ee9e38_cover_tp16"]

@@ -18,7 +18,9 @@ over the incumbent across the batches, then per candidate the shapes where it is
 the batches among those that win there, grouped into human-candidate entries (one per candidate
 and TP set: its family and params from the bench JSON, the shapes it was given, the benchmarked
 batch range) printed as JSON. --exclude-shapes leaves shapes out (skinny_gemm's shared_gate_up:
-the fused gemm_situ_and_mul runs there). --write FILE (prompts/kernels/human_candidates.json) also
+the fused gemm_situ_and_mul runs there). A candidate whose params lie outside its family's
+declared space (a render_variant.py --outside-space study) is never proposed: its points go to the
+best of the others, and stderr names what it won. --write FILE (prompts/kernels/human_candidates.json) also
 appends them there, each checked first against its family's declared space and scope; then
 `python prompts/kernels/render_human.py --op OP` renders them.
 
@@ -110,12 +112,14 @@ def per_shape(rec: dict, incumbent: str, shape_min: float = 1.05,
 
 
 def propose(rec: dict, op: str, incumbent: str, shape_min: float = 1.05,
-            exclude_shapes: tuple[str, ...] = (), speedups: Speedups | None = None) -> list[dict]:
+            exclude_shapes: tuple[str, ...] = (), speedups: Speedups | None = None,
+            exclude_labels: frozenset[str] = frozenset()) -> list[dict]:
     """Human-candidate entries that cover every (shape, TP) some candidate wins by shape_min at
     every batch: each such point goes to the winner with the best geometric mean there, and each
     candidate's points become one entry per set of TPs (a scope is TPs x shapes). The batch range
     is the benchmarked one. Entries keep the bench's family and params; the label names the source
-    candidate and the TPs. speedups: as for per_shape."""
+    candidate and the TPs. speedups: as for per_shape. exclude_labels: candidates never proposed
+    (outside_space's studies), so their points go to the best of the others."""
     if speedups is None:
         speedups = shape_speedups(rec, incumbent)
     best: dict[tuple[str, int], str] = {}
@@ -123,7 +127,8 @@ def propose(rec: dict, op: str, incumbent: str, shape_min: float = 1.05,
     for (shape, tp), (batches, by_label) in speedups.items():
         if shape in exclude_shapes:
             continue
-        won = {lb: geomean(r) for lb, r in by_label.items() if r is not None and min(r) >= shape_min}
+        won = {lb: geomean(r) for lb, r in by_label.items()
+               if r is not None and min(r) >= shape_min and lb not in exclude_labels}
         if won:
             best[(shape, tp)] = max(sorted(won), key=lambda lb: won[lb])
             batches_at[(shape, tp)] = batches
@@ -149,6 +154,22 @@ def propose(rec: dict, op: str, incumbent: str, shape_min: float = 1.05,
                         "label": f"{info['id'][:6]}_cover_tp{'_'.join(map(str, tp_set))}",
                         "params": dict(tpl.get("params") or {}), "scope": scope})
     return entries
+
+
+def outside_space(rec: dict, op: str) -> dict[str, str]:
+    """The bench's family renders whose params lie outside their family's declared space
+    (render_variant.py --outside-space studies), by label, each with its family: such a candidate
+    cannot become a human candidate until the space is widened, so propose leaves it out."""
+    from harness.agent.families import load_family
+
+    out: dict[str, str] = {}
+    for label, info in rec["candidates"].items():
+        tpl = info.get("template") or {}
+        family = tpl.get("family")
+        if family and not load_family(ROOT / "prompts/kernels" / op / f"{family}.py.j2", op).feasible(
+                tpl.get("params") or {}):
+            out[label] = family
+    return out
 
 
 def write_entries(path: Path, entries: list[dict]) -> list[str]:
@@ -252,7 +273,12 @@ def main() -> None:
             return
         print(report, file=sys.stderr)             # stdout carries the JSON alone
         excl = tuple(s for s in a.exclude_shapes.split(",") if s)
-        entries = propose(rec, a.op, a.incumbent, a.shape_min, excl, speedups)
+        studies = outside_space(rec, a.op)
+        for label, family in sorted(studies.items()):
+            won = ", ".join(f"{s}@{'/'.join(map(str, t))}" for s, t in wins.get(label, {}).items())
+            print(f"{label} ({rec['candidates'][label]['id']}): outside {family}.space.json, not proposed"
+                  + (f" (it wins {won}: widen the space to propose it)" if won else ""), file=sys.stderr)
+        entries = propose(rec, a.op, a.incumbent, a.shape_min, excl, speedups, frozenset(studies))
         print(json.dumps(entries, indent=1))
         if a.write is not None:
             added = write_entries(a.write, entries)
