@@ -23,8 +23,10 @@ and lists the points of the kernel's scope (B in 1, 2, 4, ..., 64) that no run m
 whose tensors have the shapes of a measured one counts as measured: TP16 of a replicated op).
 After an op's cards, a coverage line says at how many points of the op's whole sweep (TP 8 and 16,
 every sweep batch, each named shape and state dtype) any promoted kernel of it runs, and names the
-shapes and batches left to the reference (a card judges only its own kernel's scope). Only
-the lent H200's runs are committed, so every number is an H200 number.
+shapes and batches left to the reference (a card judges only its own kernel's scope). Every
+number is an H200 number: a run that records another card (session 51's H100 runs under
+results/h100) is left out (on_scored_gpu), and runs from before bench_kernels.py recorded the
+device were all on the lent H200.
 
 Each point's floor target is also judged reachable or not: bench_kernels.py's CUDA-graph timing
 charges even an empty kernel its run's `launch_floor_us`, so where floor + launch exceeds the
@@ -184,12 +186,22 @@ def _rel(path: Path, root: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
+SCORED_GPU = "H200"      # the card of the scorecard's numbers (L2_BYTES above is its L2)
+
+
+def on_scored_gpu(d: dict) -> bool:
+    """Whether a result may count: False for a run whose recorded device is an NVIDIA card other
+    than SCORED_GPU; runs that recorded no card name ("cuda", or nothing) were all on the H200."""
+    dev = d.get("device")
+    return not (isinstance(dev, str) and dev.startswith("NVIDIA") and SCORED_GPU not in dev)
+
+
 def json_files(results: Path, root: Path) -> list[tuple[Path, dict]]:
-    """Every JSON object under `results` (plain or .xz): runs without a launch floor (studies) before
-    runs with one, each group oldest commit first (then by path)."""
+    """Every JSON object under `results` (plain or .xz) measured on SCORED_GPU: runs without a
+    launch floor (studies) before runs with one, each group oldest commit first (then by path)."""
     order = _commit_order(root)
     found = [(p, d) for p in sorted(results.rglob("*.json*")) if p.suffix in (".json", ".xz")
-             if (d := load_result(p)) is not None]
+             if (d := load_result(p)) is not None and on_scored_gpu(d)]
     # studies (bench_kernels.py --no-launch-floor) first: a study committed after the whole-scope
     # run it followed must not overwrite that run's points (session 19 did, by commit order alone)
     return sorted(found, key=lambda pd: (_launch_floor_us(pd[1]) is not None, order.get(_rel(pd[0], root), 0),

@@ -195,12 +195,23 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
     assert "floor met at 2/2 (1 of the met partly from L2);" in sc.render(c)
 
 
+# Promoted in session 51 on H100 gate evidence; no H200 benchmark has timed them yet (the H100
+# cover bench is left out: sc.on_scored_gpu). Take an id out once an H200 run of it is committed.
+AWAITING_H200_BENCH = {("skinny_gemm", "0afea8ba45c2"), ("skinny_gemm", "7bbaa005de8f"),
+                       ("skinny_gemm", "892ca17e084d"), ("gemm_situ_and_mul", "16be30c884ed")}
+
+
 def test_committed_results_cover_every_promoted_op(sc):
     cards = sc.scorecards()
     entries = json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())
     manifest = {(e["op"], e["candidate"]): e for e in entries}
     assert [(c.op, c.candidate) for c in cards] == list(manifest)     # one card per promoted kernel
+    assert AWAITING_H200_BENCH <= set(manifest)
     for c in cards:
+        if (c.op, c.candidate) in AWAITING_H200_BENCH:
+            assert not c.measured, f"{c.op} {c.candidate} has H200 rows now: take it out of AWAITING_H200_BENCH"
+            assert len(c.unmeasured) == c.scope_points > 0
+            continue
         assert c.measured, c.op
         assert all(m.floor_us > 0 and m.ours_us > 0 and "floor" in m.verdicts for m in c.measured)
         scope = sc.scope_points(manifest[c.op, c.candidate]["scope"])
@@ -355,6 +366,18 @@ def test_json_files_follow_commit_order_within_one_second(sc, tmp_path):
         git("commit", "-qm", name)
     files = [p.name for p, _ in sc.json_files(res, tmp_path)]
     assert files == ["b_study.json", "a_authoritative.json"]
+
+
+def test_runs_on_another_card_are_left_out(sc, tmp_path):
+    """The scorecard's numbers are H200 numbers: a run that records another NVIDIA card is not read;
+    runs that name no card (older bench_kernels.py, bench_layers' "cuda") are."""
+    res = tmp_path / "results"
+    res.mkdir()
+    for name, device in (("h100.json", "NVIDIA H100 80GB HBM3"), ("h200.json", "NVIDIA H200"),
+                         ("old.json", None), ("layers.json", "cuda")):
+        (res / name).write_text(json.dumps({"ops": {}, **({"device": device} if device else {})}))
+    assert sorted(p.name for p, _ in sc.json_files(res, tmp_path)) == ["h200.json", "layers.json", "old.json"]
+    assert sc.on_scored_gpu({"device": "NVIDIA H200"}) and not sc.on_scored_gpu({"device": "NVIDIA B200"})
 
 
 def test_a_results_folder_without_benchmarks_and_an_empty_project_are_errors(sc, tmp_path):
