@@ -106,8 +106,19 @@ def _skinny_entries() -> tuple[str, str]:
     the one of the latent GEMMs and mla_qkv_a (268009), read from the manifest by their scopes."""
     rows = [e for e in read_manifest(REPO) if e["op"] == "skinny_gemm"]
     narrow = next(e["candidate"] for e in rows if e["scope"]["shapes"] == ["mla_qkv_a"])
-    broad = next(e["candidate"] for e in rows if len(e["scope"]["shapes"]) > 1)
+    broad = next(e["candidate"] for e in rows if {"latent_down", "mla_qkv_a"} <= set(e["scope"]["shapes"]))
     return narrow, broad
+
+
+def _manifest_covers(op: str, shape: str, tp: int, batch: int) -> bool:
+    """Whether some promoted kernel of `op` declares (shape, TP, B) on sm_90a, read from the
+    manifest's scopes (since session 51 skinny_gemm holds narrow kernels at more shapes)."""
+    for e in read_manifest(REPO):
+        s = e["scope"]
+        if (e["op"] == op and shape in s["shapes"] and tp in s["tp"] and s["batch"][0] <= batch <= s["batch"][1]
+                and "sm_90a" in s["archs"]):
+            return True
+    return False
 
 
 def test_each_point_is_timed_against_the_kernel_that_runs_it(monkeypatch):
@@ -592,10 +603,9 @@ def test_evaluate_stage_tells_which_points_a_promoted_kernel_covers(monkeypatch)
                              sorted((REPO / "kernels_generated" / "skinny_gemm").iterdir()) if p.is_dir())
                  if c.id not in (narrow, broad) and "kda_in_proj" in c.scope.shapes and "latent_down" in c.scope.shapes)
     info = ToolchainStages(use_gpu=True).evaluate(draft)
-    promoted_shapes = set(load_candidate("skinny_gemm", broad).scope.shapes) | {"mla_qkv_a"}
     by_shape = {(t.shape, t.covered) for t in info.timings}
-    assert ("kda_in_proj", False) in by_shape and ("latent_down", True) in by_shape
-    assert all(t.covered is (t.shape in promoted_shapes and t.batch <= 8) for t in info.timings)
+    assert ("latent_down", True) in by_shape and any(not covered for _, covered in by_shape)
+    assert all(t.covered is _manifest_covers("skinny_gemm", t.shape, t.tp, t.batch) for t in info.timings)
     assert all(t.today_us == (6.0 if t.covered else 8.0) for t in info.timings)
 
 
