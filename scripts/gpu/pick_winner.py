@@ -36,6 +36,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -162,12 +163,16 @@ def outside_space(rec: dict, op: str) -> dict[str, str]:
     cannot become a human candidate until the space is widened, so propose leaves it out."""
     from harness.agent.families import load_family
 
+    fams: dict[str, Any] = {}                      # each family loaded once, however many renders
     out: dict[str, str] = {}
     for label, info in rec["candidates"].items():
         tpl = info.get("template") or {}
         family = tpl.get("family")
-        if family and not load_family(ROOT / "prompts/kernels" / op / f"{family}.py.j2", op).feasible(
-                tpl.get("params") or {}):
+        if not family:
+            continue
+        if family not in fams:
+            fams[family] = load_family(ROOT / "prompts/kernels" / op / f"{family}.py.j2", op)
+        if not fams[family].feasible(tpl.get("params") or {}):
             out[label] = family
     return out
 
