@@ -18,7 +18,7 @@
 #            gates (PHASE=checks) on those that passed: $OUT/regate_{perf,checks}.*,
 #            $OUT/new_ids.txt, $OUT/human_candidates.json. Saves a cold start: a machine goes back
 #            after ~30 s idle, so the commit below could not happen between the two calls.
-#   here:    bash scripts/gpu/slim_tree.sh off; copy FILES_AT/* to results/h200/<session>/;
+#   here:    bash scripts/gpu/slim_tree.sh off; copy FILES_AT/* to results/<card: h200, h100>/<session>/;
 #            python scripts/gpu/pick_winner.py <that>/bench_cover_skinny.json skinny_gemm cublas \
 #              --per-shape --propose --exclude-shapes shared_gate_up --write prompts/kernels/human_candidates.json
 #            (the same for bench_cover_gemm_situ.json, gemm_situ_and_mul, "cublas+situ"), then

@@ -33,6 +33,7 @@ d5a02a: 1.044 over the 16 measured points, 1.025 projected over 28.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from pathlib import Path
@@ -157,22 +158,23 @@ def propose(rec: dict, op: str, incumbent: str, shape_min: float = 1.05,
     return entries
 
 
+@functools.lru_cache(maxsize=None)
+def family_of(op: str, family: str) -> Any:
+    """The op's kernel family `family` (prompts/kernels/OP/FAMILY.py.j2), loaded once a run."""
+    from harness.agent.families import load_family
+
+    return load_family(ROOT / "prompts/kernels" / op / f"{family}.py.j2", op)
+
+
 def outside_space(rec: dict, op: str) -> dict[str, str]:
     """The bench's family renders whose params lie outside their family's declared space
     (render_variant.py --outside-space studies), by label, each with its family: such a candidate
     cannot become a human candidate until the space is widened, so propose leaves it out."""
-    from harness.agent.families import load_family
-
-    fams: dict[str, Any] = {}                      # each family loaded once, however many renders
     out: dict[str, str] = {}
     for label, info in rec["candidates"].items():
         tpl = info.get("template") or {}
         family = tpl.get("family")
-        if not family:
-            continue
-        if family not in fams:
-            fams[family] = load_family(ROOT / "prompts/kernels" / op / f"{family}.py.j2", op)
-        if not fams[family].feasible(tpl.get("params") or {}):
+        if family and not family_of(op, family).feasible(tpl.get("params") or {}):
             out[label] = family
     return out
 
@@ -182,13 +184,13 @@ def write_entries(path: Path, entries: list[dict]) -> list[str]:
     render (its params in the family's declared space, its scope narrowing the family's: the
     checks render_human.py makes), and a label already there must hold the same entry (then it is
     skipped); nothing is written unless every entry passes."""
-    from harness.agent.families import load_family, point_scope
+    from harness.agent.families import point_scope
 
     doc = json.loads(path.read_text())
     have = {(c["op"], c["label"]): c for c in doc["candidates"]}
     added = []
     for e in entries:
-        fam = load_family(ROOT / "prompts/kernels" / e["op"] / f"{e['family']}.py.j2", e["op"])
+        fam = family_of(e["op"], e["family"])
         if not fam.feasible(e["params"]):
             raise SystemExit(f"pick_winner: {e['label']}: its params are outside {e['family']}.space.json "
                              "(a render_variant.py --outside-space study): widen the space first")
