@@ -348,6 +348,14 @@ def with_state_dtype(point: Point, state_dtype: str) -> Point:
     return dataclasses.replace(point, state_dtype=state_dtype) if state_dtype else point
 
 
+def timing_key(defn, point: Point, impls: dict) -> str:
+    """When two points may share one timing: equal tensor shapes (the router is the same at TP8 and
+    TP16, and skinny_gemm's kda_o_proj at TP16 is shared_down at TP8) and the same columns to time.
+    A candidate in scope at one and not the other must be timed where it runs: session 52 copied
+    91b17e's shared_down TP8 time into kda_o_proj TP16, where a87a4d runs and 91b17e does not."""
+    return json.dumps([defn.shapes(point), point.state_dtype, sorted(impls)], sort_keys=True)
+
+
 def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bool,
              rounds: int, only: tuple[str, ...] = (), dog: StepWatchdog | None = None,
              on_row=lambda rec: None, copy_floor: bool = True, max_copies: int = timing.MAX_COPIES,
@@ -423,7 +431,7 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
             if chk["ok"]:
                 impls[label] = (lambda i, m=mod, cp=cache[key], s=sets, o=outs:
                                 m.launch(cp, **kernel_tensors(defn, s[i], o[i])))
-        shape_key = json.dumps([defn.shapes(point), point.state_dtype], sort_keys=True)
+        shape_key = timing_key(defn, point, impls)
         if shape_key in timed_by_shape:                 # e.g. the router is the same at TP8/TP16
             row["times"] = timed_by_shape[shape_key]
         else:

@@ -253,3 +253,21 @@ def test_a_launch_that_only_printed_its_error_raises_it(bench, monkeypatch):
     monkeypatch.setattr(bench, "surface_launch_error", probe)
     with pytest.raises(RuntimeError, match="invalid argument"):
         bench.launch_checked(_Launcher(None), None, {})
+
+
+def test_points_of_equal_shapes_share_a_timing_only_with_the_same_columns(bench):
+    """skinny_gemm's kda_o_proj at TP16 has shared_down's TP8 shapes. Session 52's run copied the
+    TP8 row, which timed 91b17e (scoped to shared_down TP8), into kda_o_proj TP16, where a87a4d runs:
+    a row may stand for another only when the same candidates are in scope at both."""
+    defn = reference_impls.get("skinny_gemm")
+    tp8 = Point(batch=1, tp=8, shape="shared_down")
+    tp16 = Point(batch=1, tp=16, shape="kda_o_proj")
+    assert defn.shapes(tp8) == defn.shapes(tp16)
+    refs = {"eager": None, "compile": None, "cublas": None}
+    assert bench.timing_key(defn, tp8, {**refs, "swapab:91b17e": None}) != \
+        bench.timing_key(defn, tp16, {**refs, "swapab:a87a4d": None})
+    assert bench.timing_key(defn, tp8, {**refs, "swapab:a87a4d": None}) == \
+        bench.timing_key(defn, tp16, {"swapab:a87a4d": None, **refs})
+    router = reference_impls.get("moe_router")        # replicated: TP16 is TP8
+    assert bench.timing_key(router, Point(batch=4, tp=8), refs) == bench.timing_key(router, Point(batch=4, tp=16), refs)
+    assert bench.timing_key(router, Point(batch=4, tp=8), refs) != bench.timing_key(router, Point(batch=8, tp=8), refs)
