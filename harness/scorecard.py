@@ -24,9 +24,10 @@ whose tensors have the shapes of a measured one counts as measured: TP16 of a re
 After an op's cards, a coverage line says at how many points of the op's whole sweep (TP 8 and 16,
 every sweep batch, each named shape and state dtype) any promoted kernel of it runs, and names the
 shapes and batches left to the reference (a card judges only its own kernel's scope). Every
-number is an H200 number: a run that records another card (session 51's H100 runs under
-results/h100) is left out (on_scored_gpu), and runs from before bench_kernels.py recorded the
-device were all on the lent H200.
+number of one scorecard comes from one card (`--gpu`, default the H200 of the issue's targets):
+a run counts only where it recorded that card (run_gpu), and runs that recorded no card name
+(before bench_kernels.py recorded the device, and bench_layers.py's "cuda") were all on the lent
+H200. Sessions 51 and 52 got only H100s (results/h100): `harness scorecard --gpu h100` judges those.
 
 Each point's floor target is also judged reachable or not: bench_kernels.py's CUDA-graph timing
 charges even an empty kernel its run's `launch_floor_us`, so where floor + launch exceeds the
@@ -42,6 +43,7 @@ A point whose run rotated less than 3 x L2 of inputs (bench_kernels.py's "B*": i
 says how many of the met points are such.
 
     harness scorecard                            # every promoted op, then the per-layer tables
+    harness scorecard --gpu h100                 # the same from the H100 runs
     harness scorecard --op kda_decode --json     # (python scripts/scorecard.py takes the same options)
 
 The dashboard's Benchmarks page (`harness dashboard`) shows the same tables.
@@ -67,7 +69,9 @@ SWEEP_BATCHES = (1, 2, 4, 8, 16, 32, 64)
 FLOOR_LIMIT_US = 2.0            # floors at or above this are held to FLOOR_FACTOR x floor ...
 FLOOR_FACTOR = 1.3
 SMALL_CAP_US = 3.0              # ... smaller ones to this cap
-L2_BYTES = gpu("h200").l2_bytes  # the committed runs' GPU (a rotation below L2_ROTATION_FACTOR x this is partly cached)
+DEFAULT_GPU = "h200"             # the card of issue 7's targets and of every run before session 51
+GPUS = ("h200", "h100")          # the cards with committed runs (harness.hardware profile names)
+L2_BYTES = gpu(DEFAULT_GPU).l2_bytes  # a rotation below L2_ROTATION_FACTOR x a card's L2 is partly cached
 COMPILE_FACTOR = {"moe_router": 2.0, "kda_decode": 1.5, "attn_res": 1.3, "add_rmsnorm": 1.0, "situ_and_mul": 1.0,
                   "gemm_situ_and_mul": 1.0}
 CUBLAS_ALL, CUBLAS_SMALL_M, SMALL_M = 1.0, 1.05, 8
@@ -186,22 +190,23 @@ def _rel(path: Path, root: Path) -> str:
     return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
-SCORED_GPU = "H200"      # the card of the scorecard's numbers (L2_BYTES above is its L2)
+def run_gpu(d: dict) -> str | None:
+    """The card a results JSON was measured on, as a GPUS name, or None for a card not in GPUS.
+    bench_kernels.py records the card's name as "device", bench_layers.py as "gpu" (its "device"
+    is "cuda"); a run that recorded no card name was on the lent H200 (every run before session 51)."""
+    for key in ("device", "gpu"):
+        name = d.get(key)
+        if isinstance(name, str) and name.startswith("NVIDIA"):
+            return next((g for g in GPUS if g.upper() in name.upper()), None)
+    return DEFAULT_GPU
 
 
-def on_scored_gpu(d: dict) -> bool:
-    """Whether a result may count: False for a run whose recorded device is an NVIDIA card other
-    than SCORED_GPU; runs that recorded no card name ("cuda", or nothing) were all on the H200."""
-    dev = d.get("device")
-    return not (isinstance(dev, str) and dev.startswith("NVIDIA") and SCORED_GPU not in dev)
-
-
-def json_files(results: Path, root: Path) -> list[tuple[Path, dict]]:
-    """Every JSON object under `results` (plain or .xz) measured on SCORED_GPU: runs without a
+def json_files(results: Path, root: Path, gpu_name: str = DEFAULT_GPU) -> list[tuple[Path, dict]]:
+    """Every JSON object under `results` (plain or .xz) measured on `gpu_name`: runs without a
     launch floor (studies) before runs with one, each group oldest commit first (then by path)."""
     order = _commit_order(root)
     found = [(p, d) for p in sorted(results.rglob("*.json*")) if p.suffix in (".json", ".xz")
-             if (d := load_result(p)) is not None and on_scored_gpu(d)]
+             if (d := load_result(p)) is not None and run_gpu(d) == gpu_name]
     # studies (bench_kernels.py --no-launch-floor) first: a study committed after the whole-scope
     # run it followed must not overwrite that run's points (session 19 did, by commit order alone)
     return sorted(found, key=lambda pd: (_launch_floor_us(pd[1]) is not None, order.get(_rel(pd[0], root), 0),
@@ -219,17 +224,17 @@ def _median(times: dict, column: str | None) -> float | None:
     return float(t["median_us"]) if isinstance(t, dict) and "median_us" in t else None
 
 
-def _partly_l2(row: dict, key: str = "rotation_bytes") -> bool | None:
+def _partly_l2(row: dict, key: str = "rotation_bytes", l2_bytes: int = L2_BYTES) -> bool | None:
     """Whether the row's rotated inputs (`key`) spanned less than 3 x L2 (None: the run did not say)."""
     rot = row.get(key)
-    return None if not isinstance(rot, (int, float)) else partly_in_l2(rot, L2_BYTES)
+    return None if not isinstance(rot, (int, float)) else partly_in_l2(rot, l2_bytes)
 
 
-def _eager_partly_l2(row: dict) -> bool:
+def _eager_partly_l2(row: dict, l2_bytes: int = L2_BYTES) -> bool:
     """Whether the row's eager reference rotated its own, smaller set of inputs (bench_kernels.py
     --eager-copies) spanning less than 3 x L2; rows without eager_rotation_bytes rotated the
     kernels' sets (rotation_bytes, marked on the point)."""
-    return bool(_partly_l2(row, "eager_rotation_bytes"))
+    return bool(_partly_l2(row, "eager_rotation_bytes", l2_bytes))
 
 
 def _point(row: dict, scope: dict) -> Point:
@@ -288,15 +293,17 @@ def same_kernel_ids(op: str, candidate: str, root: Path) -> list[str]:
 
 
 def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], root: Path,
-         kept_by: dict[Point, str] | None = None) -> OpCard:
+         kept_by: dict[Point, str] | None = None, gpu_name: str = DEFAULT_GPU) -> OpCard:
     """`kept_by`: points of the scope where a narrower promoted kernel of the op runs (point ->
-    its id): left out of this card, judged on that kernel's card."""
+    its id): left out of this card, judged on that kernel's card. `files`: runs on `gpu_name`
+    (json_files), whose L2 decides which rows were partly served from it."""
     latest: dict[Point, Measurement] = {}
     compile_at: dict[Point, tuple[float, str, bool]] = {}
     eager_at: dict[Point, tuple[float, str, bool]] = {}
     from harness.registry import KernelScope
 
     kept_by = kept_by or {}
+    l2 = gpu(gpu_name).l2_bytes
     kscope = KernelScope.from_json(scope)
     in_scope = [p for p in scope_points(scope) if p not in kept_by]
     ids = [candidate, *same_kernel_ids(op, candidate, root)]
@@ -320,7 +327,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             if comp is not None:
                 compile_at[p] = (comp, src, functional)
             if (eager := _median(times, "eager")) is not None:
-                eager_at[p] = (eager, src, _eager_partly_l2(row))
+                eager_at[p] = (eager, src, _eager_partly_l2(row, l2))
             ours = _median(times, col)
             if ours is None:
                 continue
@@ -329,14 +336,15 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             if comp is not None:
                 with_compile.add(_work(op, p))
             pair = next((c for c in times if c.startswith("cublas+situ")), None)
-            if _partly_l2(row) and p in latest and latest[p].partly_l2 is False:
+            partly = _partly_l2(row, l2_bytes=l2)
+            if partly and p in latest and latest[p].partly_l2 is False:
                 continue          # a row partly served from L2 never replaces one that rotated past it
             latest[p] = Measurement(p, ours, float(row["floor_us"]), src, eager_us=_median(times, "eager"),
                                     compile_us=comp, cublas_us=_median(times, "cublas"),
                                     pair_us=_median(times, pair), launch_floor_us=launch_us,
-                                    copy_us=_median(times, "copy"), partly_l2=_partly_l2(row),
+                                    copy_us=_median(times, "copy"), partly_l2=partly,
                                     compile_functional=comp is not None and functional,
-                                    eager_partly_l2=_eager_partly_l2(row))
+                                    eager_partly_l2=_eager_partly_l2(row, l2))
     for m in latest.values():
         if m.compile_us is None and m.point in compile_at:
             m.compile_us, m.compile_source, m.compile_functional = compile_at[m.point]
@@ -373,14 +381,15 @@ def _work(op: str, p: Point) -> str:
 
 
 def scorecards(root: Path = ROOT, results: Path | None = None, ops: list[str] | None = None,
-               files: list[tuple[Path, dict]] | None = None) -> list[OpCard]:
-    """`files`: json_files(results, root) when the caller has read them already."""
+               files: list[tuple[Path, dict]] | None = None, gpu_name: str = DEFAULT_GPU) -> list[OpCard]:
+    """`files`: json_files(results, root, gpu_name) when the caller has read them already."""
     from harness.promotion import kernel_entries, read_manifest
 
     manifest = read_manifest(root)
-    files = json_files(results or root / "results", root) if files is None else files
+    files = json_files(results or root / "results", root, gpu_name) if files is None else files
     tried = kernel_entries(manifest)
-    return [card(e["op"], e["candidate"], e["scope"], files, root, kept_by=_kept_by(e, tried[e["op"]]))
+    return [card(e["op"], e["candidate"], e["scope"], files, root, kept_by=_kept_by(e, tried[e["op"]]),
+                 gpu_name=gpu_name)
             for e in manifest if not ops or e["op"] in ops]
 
 
@@ -480,10 +489,10 @@ class LayerTable:
 
 
 def layer_tables(root: Path = ROOT, results: Path | None = None,
-                 files: list[tuple[Path, dict]] | None = None) -> list[LayerTable]:
+                 files: list[tuple[Path, dict]] | None = None, gpu_name: str = DEFAULT_GPU) -> list[LayerTable]:
     from harness.promotion import promoted_ids, read_manifest
 
-    files = json_files(results or root / "results", root) if files is None else files
+    files = json_files(results or root / "results", root, gpu_name) if files is None else files
     latest = {(data["config"], data.get("context")): (path, data)                       # oldest first
               for path, data in files if _is_layers(data)}
     promoted_now = promoted_ids(read_manifest(root))
@@ -642,28 +651,33 @@ def _check_ops(root: Path, ops: list[str]) -> None:
 
 
 def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None = None,
-           as_json: bool = False) -> str:
-    """The scorecard as text (markdown tables) or JSON: every promoted op (or `ops`), then the
-    per-layer tables (left out when `ops` narrows it)."""
+           as_json: bool = False, gpu_name: str = DEFAULT_GPU) -> str:
+    """The scorecard of the runs on `gpu_name` as text (markdown tables) or JSON: every promoted op
+    (or `ops`), then the per-layer tables (left out when `ops` narrows it)."""
+    if gpu_name not in GPUS:
+        raise ScorecardError(f"no committed runs on {gpu_name!r}: --gpu is one of {', '.join(GPUS)}")
     if results is not None and not results.is_dir():
         raise ScorecardError(f"{results} is not a folder")
     if ops:                               # before any result file is read
         _check_ops(root, ops)
-    files = json_files(results.resolve() if results else root / "results", root)   # read once
+    files = json_files(results.resolve() if results else root / "results", root, gpu_name)   # read once
     if results is not None and not any(is_bench_run(d) or _is_layers(d) for _, d in files):
-        raise ScorecardError(f"{results} holds no benchmark JSON (scripts/gpu/bench_kernels.py or bench_layers.py output)")
-    cards = scorecards(root, ops=ops, files=files)
-    layers = [] if ops else layer_tables(root, files=files)
+        raise ScorecardError(f"{results} holds no benchmark JSON measured on the {gpu_name.upper()} "
+                             "(scripts/gpu/bench_kernels.py or bench_layers.py output)")
+    cards = scorecards(root, ops=ops, files=files, gpu_name=gpu_name)
+    layers = [] if ops else layer_tables(root, files=files, gpu_name=gpu_name)
     if not cards and not layers:
         raise ScorecardError("nothing to judge: no promoted kernel in kernels_generated/promoted.json and no per-layer benchmark")
     covers = {c.op: c for c in coverages(root, ops)}
     if as_json:
-        return json.dumps({"ops": [asdict(c) for c in cards], "coverage": [asdict(c) for c in covers.values()],
+        return json.dumps({"gpu": gpu_name, "ops": [asdict(c) for c in cards],
+                           "coverage": [asdict(c) for c in covers.values()],
                            "layers": [asdict(t) for t in layers]}, indent=1)
     last = {c.op: i for i, c in enumerate(cards)}     # an op's coverage line after its last card
     texts = [render(c) + (f"\n{coverage_line(covers[c.op])}" if last[c.op] == i and c.op in covers else "")
              for i, c in enumerate(cards)]
-    return "\n\n".join(texts + [render_layers(t) for t in layers])
+    head = f"# scorecard: every number below was measured on the {gpu_name.upper()} (--gpu {gpu_name})"
+    return "\n\n".join([head] + texts + [render_layers(t) for t in layers])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -671,10 +685,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--op", action="append", help="only this op (repeatable)")
     ap.add_argument("--results", type=Path, default=None, help="folder of benchmark JSONs (default results/)")
+    ap.add_argument("--gpu", default=DEFAULT_GPU, help=f"the card whose runs to judge: {', '.join(GPUS)} "
+                    f"(default {DEFAULT_GPU})")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     try:
-        print(report(ROOT, a.op, a.results, a.json))
+        print(report(ROOT, a.op, a.results, a.json, a.gpu))
     except ScorecardError as exc:
         print(f"scorecard: {exc}", file=sys.stderr)
         return 2

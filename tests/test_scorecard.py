@@ -195,10 +195,13 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
     assert "floor met at 2/2 (1 of the met partly from L2);" in sc.render(c)
 
 
-# Promoted in session 51 on H100 gate evidence; no H200 benchmark has timed them yet (the H100
-# cover bench is left out: sc.on_scored_gpu). Take an id out once an H200 run of it is committed.
+# Promoted in sessions 51 and 52 on H100 gate evidence; no H200 benchmark has timed them yet (the
+# H100 runs are left out of the H200 scorecard: sc.run_gpu). Take an id out once an H200 run of it
+# is committed.
 AWAITING_H200_BENCH = {("skinny_gemm", "0afea8ba45c2"), ("skinny_gemm", "7bbaa005de8f"),
-                       ("skinny_gemm", "892ca17e084d"), ("gemm_situ_and_mul", "16be30c884ed")}
+                       ("skinny_gemm", "892ca17e084d"), ("gemm_situ_and_mul", "16be30c884ed"),
+                       ("skinny_gemm", "91b17e39677d"), ("skinny_gemm", "a3da8bbd72c4"),
+                       ("skinny_gemm", "a87a4d18c8bc"), ("skinny_gemm", "d1e95928e901")}
 
 
 def test_committed_results_cover_every_promoted_op(sc):
@@ -218,6 +221,26 @@ def test_committed_results_cover_every_promoted_op(sc):
         kept = sum(len(v) for v in c.kept_by.values())                # points a narrower kernel runs
         assert c.scope_points + kept == len(scope) and set(c.unmeasured) <= set(scope)
         assert 0 < c.best_run_points <= c.scope_points and c.best_run_compile_points <= c.best_run_points
+
+
+def test_the_h100_scorecard_reads_only_h100_runs_and_times_every_promoted_kernel(sc):
+    """Session 52 timed all sixteen promoted kernels and both per-layer tables on an H100 (the H200
+    was not lent): `--gpu h100` judges those runs and nothing else, the H200 scorecard none of them."""
+    cards = sc.scorecards(gpu_name="h100")
+    manifest = json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())
+    assert [(c.op, c.candidate) for c in cards] == [(e["op"], e["candidate"]) for e in manifest]
+    for c in cards:
+        assert c.measured, (c.op, c.candidate)
+        assert all(m.source.startswith("results/h100/") for m in c.measured)
+    by_id = {c.candidate: c for c in cards}
+    # session 52's run copied 91b17e's shared_down TP8 row into kda_o_proj / mla_o_proj TP16, where
+    # a87a4d runs (bench_kernels.timing_key, fixed since): those points are not a87a4d's measurement
+    assert {p.shape for p in by_id["a87a4d18c8bc"].unmeasured} == {"kda_o_proj", "mla_o_proj"}
+    layers = sc.layer_tables(gpu_name="h100")
+    assert {t.config for t in layers} == {"k3-tp8-rank", "k3-tp16-rank"}
+    assert all(t.source.startswith("results/h100/") for t in layers)
+    assert not any(t.source.startswith("results/h100/") for t in sc.layer_tables())
+    assert not any(m.source.startswith("results/h100/") for c in sc.scorecards() for m in c.measured)
 
 
 def test_a_row_that_stands_for_another_scope_point_says_so(sc, tmp_path):
@@ -369,15 +392,34 @@ def test_json_files_follow_commit_order_within_one_second(sc, tmp_path):
 
 
 def test_runs_on_another_card_are_left_out(sc, tmp_path):
-    """The scorecard's numbers are H200 numbers: a run that records another NVIDIA card is not read;
-    runs that name no card (older bench_kernels.py, bench_layers' "cuda") are."""
+    """One scorecard reads one card's runs: bench_kernels.py names the card as "device",
+    bench_layers.py as "gpu" (its "device" is "cuda"); runs that name no card were on the H200."""
     res = tmp_path / "results"
     res.mkdir()
-    for name, device in (("h100.json", "NVIDIA H100 80GB HBM3"), ("h200.json", "NVIDIA H200"),
-                         ("old.json", None), ("layers.json", "cuda")):
-        (res / name).write_text(json.dumps({"ops": {}, **({"device": device} if device else {})}))
+    for name, rec in (("h100.json", {"device": "NVIDIA H100 80GB HBM3"}), ("h200.json", {"device": "NVIDIA H200"}),
+                      ("old.json", {}), ("layers.json", {"device": "cuda"}),
+                      ("layers_h100.json", {"device": "cuda", "gpu": "NVIDIA H100 80GB HBM3"}),
+                      ("b200.json", {"device": "NVIDIA B200"})):
+        (res / name).write_text(json.dumps({"ops": {}, **rec}))
     assert sorted(p.name for p, _ in sc.json_files(res, tmp_path)) == ["h200.json", "layers.json", "old.json"]
-    assert sc.on_scored_gpu({"device": "NVIDIA H200"}) and not sc.on_scored_gpu({"device": "NVIDIA B200"})
+    assert sorted(p.name for p, _ in sc.json_files(res, tmp_path, "h100")) == ["h100.json", "layers_h100.json"]
+    assert sc.run_gpu({"device": "NVIDIA B200"}) is None and sc.run_gpu({"device": "cuda"}) == "h200"
+
+
+def test_the_gpu_option_names_the_card_and_refuses_one_without_runs(tmp_path):
+    run = lambda *a: subprocess.run([sys.executable, str(ROOT / "scripts" / "scorecard.py"), *a],  # noqa: E731
+                                    capture_output=True, text=True, cwd=ROOT)
+    p = run("--op", "situ_and_mul", "--gpu", "h100")
+    assert p.returncode == 0 and p.stdout.startswith("# scorecard: every number below was measured on the H100")
+    assert "results/h100/" in p.stdout and "results/h200/" not in p.stdout
+    out = json.loads(run("--op", "situ_and_mul", "--gpu", "h100", "--json").stdout)
+    assert out["gpu"] == "h100" and all(m["source"].startswith("results/h100/") for m in out["ops"][0]["measured"])
+    p = run("--gpu", "b200")
+    assert p.returncode == 2 and "--gpu is one of h200, h100" in p.stderr and "Traceback" not in p.stderr
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "x.json").write_text(json.dumps({"ops": {}, "device": "NVIDIA H200"}))
+    p = run("--results", str(tmp_path / "r"), "--gpu", "h100")
+    assert p.returncode == 2 and "holds no benchmark JSON measured on the H100" in p.stderr
 
 
 def test_a_results_folder_without_benchmarks_and_an_empty_project_are_errors(sc, tmp_path):
@@ -394,7 +436,7 @@ def test_a_results_folder_without_benchmarks_and_an_empty_project_are_errors(sc,
     harness = [sys.executable, "-c", "from harness.cli import main; main()", "scorecard", "--results", str(empty), "--json"]
     p = subprocess.run(harness, capture_output=True, text=True, cwd=ROOT)
     assert p.returncode == 2 and p.stdout == "" and "Traceback" not in p.stderr
-    assert p.stderr.strip().splitlines() == [f"harness: error: {empty} holds no benchmark JSON "
+    assert p.stderr.strip().splitlines() == [f"harness: error: {empty} holds no benchmark JSON measured on the H200 "
                                              "(scripts/gpu/bench_kernels.py or bench_layers.py output)"]
 
 

@@ -11,7 +11,8 @@ from .. import evidence as ev
 from ..errors import UserError
 from . import extract
 from .history import promotion_history
-from .model import (Badge, CandidateView, EvidenceView, GateView, OpView, PromotionState, RunView, SiteData)
+from .model import (Badge, CandidateView, EvidenceView, GateView, GpuBenchmarks, OpView, PromotionState, RunView,
+                    SiteData)
 from .runs import collect_runs
 
 GATE_ORDER = ("isolation", "static", "scope", "numerics_unit", "numerics_model", "perf_sweep")
@@ -38,10 +39,11 @@ def collect(root: Path) -> SiteData:
         if extra not in reference_impls.OP_NAMES and not extra.startswith("."):
             warnings.append(f"kernels_generated/{extra}: not an op of the catalogue (ignored)")
     cards, layers = _benchmarks(root, warnings)
+    others = [GpuBenchmarks(g, *found) for g in _other_gpus() if any(found := _benchmarks(root, warnings, g))]
     return SiteData(root=str(root), generated_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     ops=ops, runs=runs, history=history, history_note=note, warnings=warnings,
                     benchmarks=cards, layer_tables=layers, coverage=_coverage(root, cards, warnings),
-                    ledgers=_ledgers(root, reference_impls.OP_NAMES, warnings))
+                    ledgers=_ledgers(root, reference_impls.OP_NAMES, warnings), other_gpus=others)
 
 
 def _coverage(root: Path, cards: list[Any], warnings: list[str]) -> dict[str, Any]:
@@ -76,20 +78,31 @@ def _ledgers(root: Path, ops, warnings: list[str]) -> dict[str, list[Any]]:
     return out
 
 
-def _benchmarks(root: Path, warnings: list[str]) -> tuple[list[Any], list[Any]]:
-    """The scorecard of the committed benchmark runs under results/ (harness.scorecard): one card per
-    promoted op, one per-layer table per model config and context. A root without results/ has none; a run
-    that cannot be read becomes a warning, not a failed build."""
+def _other_gpus() -> list[str]:
+    from .. import scorecard
+
+    return [g for g in scorecard.GPUS if g != scorecard.DEFAULT_GPU]
+
+
+def _benchmarks(root: Path, warnings: list[str], gpu_name: str = "h200") -> tuple[list[Any], list[Any]]:
+    """The scorecard of the committed benchmark runs on `gpu_name` under results/ (harness.scorecard):
+    one card per promoted op, one per-layer table per model config and context; for a card other than
+    the H200, nothing unless some run on it measured a promoted kernel or a layer. A root without
+    results/ has none; a run that cannot be read becomes a warning, not a failed build."""
     if not (root / "results").is_dir():
         return [], []
     from .. import scorecard
 
     try:
-        files = scorecard.json_files(root / "results", root)
-        return scorecard.scorecards(root, files=files), scorecard.layer_tables(root, files=files)
+        files = scorecard.json_files(root / "results", root, gpu_name)
+        cards = scorecard.scorecards(root, files=files, gpu_name=gpu_name)
+        layers = scorecard.layer_tables(root, files=files, gpu_name=gpu_name)
     except Exception as exc:  # noqa: BLE001 - the other pages still build; the reviewer sees why this one is empty
-        warnings.append(f"benchmarks: the scorecard of results/ failed: {type(exc).__name__}: {exc}")
+        warnings.append(f"benchmarks: the {gpu_name.upper()} scorecard of results/ failed: {type(exc).__name__}: {exc}")
         return [], []
+    if gpu_name != scorecard.DEFAULT_GPU and not layers and not any(c.measured for c in cards):
+        return [], []
+    return cards, layers
 
 
 def _manifest(root: Path, warnings: list[str]) -> tuple[dict[str, str], set[str]]:

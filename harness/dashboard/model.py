@@ -260,6 +260,15 @@ class PromotionEvent:
 
 
 @dataclass
+class GpuBenchmarks:
+    """The scorecard of one card's committed runs (harness.scorecard, `--gpu`): the Benchmarks page
+    shows the H200's (SiteData.benchmarks), and each other card with runs gets a page like it."""
+    gpu: str                                                # harness.scorecard.GPUS name: "h100"
+    benchmarks: list[Any] = field(default_factory=list)     # harness.scorecard.OpCard
+    layer_tables: list[Any] = field(default_factory=list)   # harness.scorecard.LayerTable
+
+
+@dataclass
 class SiteData:
     root: str
     generated_utc: str
@@ -272,6 +281,7 @@ class SiteData:
     layer_tables: list[Any] = field(default_factory=list)   # harness.scorecard.LayerTable, one per model config and context
     coverage: dict[str, Any] = field(default_factory=dict)  # op -> harness.scorecard.Coverage (ops with a card)
     ledgers: dict[str, list[Any]] = field(default_factory=dict)   # op -> harness.agent.ledger.Measured, in file order
+    other_gpus: list[GpuBenchmarks] = field(default_factory=list)  # cards besides the H200 with committed runs
 
     def op(self, name: str) -> OpView | None:
         return next((o for o in self.ops if o.name == name), None)

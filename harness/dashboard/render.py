@@ -190,6 +190,11 @@ def _margin(root: Path) -> float | None:
         return None
 
 
+def benchmarks_page(gpu_name: str) -> str:
+    """The Benchmarks page of a card other than the H200's (benchmarks.html)."""
+    return f"benchmarks-{gpu_name}.html"
+
+
 def render_site(data: SiteData, out_dir: Path, live: bool = False) -> BuildResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     env = _env()
@@ -205,7 +210,12 @@ def render_site(data: SiteData, out_dir: Path, live: bool = False) -> BuildResul
     page("index.html", "overview.html.j2", title="Overview")
     page("history.html", "history.html.j2", title="Promotion history")
     page("runs.html", "runs.html.j2", title="Agent runs")
-    page("benchmarks.html", "benchmarks.html.j2", title="Benchmarks")
+    gpus = [("h200", "benchmarks.html")] + [(g.gpu, benchmarks_page(g.gpu)) for g in data.other_gpus]
+    page("benchmarks.html", "benchmarks.html.j2", title="Benchmarks", gpu="h200", gpus=gpus,
+         cards=data.benchmarks, layers=data.layer_tables)
+    for g in data.other_gpus:
+        page(benchmarks_page(g.gpu), "benchmarks.html.j2", title=f"Benchmarks ({g.gpu.upper()})", gpu=g.gpu,
+             gpus=gpus, cards=g.benchmarks, layers=g.layer_tables)
     for r in data.runs:
         page(run_page(r.id), "run.html.j2", title=f"Run {r.id}", run=r, plots=run_plots(r),
              known={(o.name, c.id) for o in data.ops for c in o.candidates})

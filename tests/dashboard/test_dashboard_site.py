@@ -10,7 +10,7 @@ from harness.dashboard import collect
 from harness.dashboard.model import Badge, PromotionState
 from harness.dashboard.render import candidate_page, run_page
 
-from dashboard_fixture_repo import (BAD_LEDGER_OP, BENCH, BENCH_LAUNCH_US, CPU_LEDGER, CPU_OP, FLIPS, FUSED_OFF, LAYERS,
+from dashboard_fixture_repo import (BAD_LEDGER_OP, BENCH, BENCH_LAUNCH_US, H100_OURS_US, CPU_LEDGER, CPU_OP, FLIPS, FUSED_OFF, LAYERS,
                                     LEDGER, OP, RUN_ID, SECRET, geomean, measurements)
 
 
@@ -223,6 +223,21 @@ def test_benchmarks_page_judges_the_promoted_kernel_on_the_committed_runs(site):
     assert "promoted now" not in layers
     for (b, layer), (off, on, k_off, k_on) in LAYERS.items():
         assert f" {b} {layer} kda+moe {off:.1f} {on:.1f} {on / off:.2f} {k_off} {k_on} graph " in _text(layers)
+
+
+def test_each_card_with_runs_gets_its_own_benchmarks_page(site):
+    """The H200's runs fill benchmarks.html; the fixture's H100 run of the same kernel fills
+    benchmarks-h100.html, and each page names its card and links the other. No number crosses over."""
+    h200, h100 = (site.out / "benchmarks.html").read_text(), (site.out / "benchmarks-h100.html").read_text()
+    assert "<h1>Benchmarks on the H200</h1>" in h200 and "<h1>Benchmarks on the H100</h1>" in h100
+    assert 'href="benchmarks-h100.html"' in h200 and 'href="benchmarks.html"' in h100
+    for b in (1, 64):
+        assert f"{H100_OURS_US[b]:.2f}" in _text(_row(h100, f'data-point="TP8 B={b}"'))
+        assert f"{BENCH[b]['ours']:.2f}" in _text(_row(h200, f'data-point="TP8 B={b}"'))
+        assert f"{H100_OURS_US[b]:.2f}" not in h200
+    table = re.search(r'<table class="grid bench-table">.*?</table>', h100, re.S).group(0)
+    assert set(re.findall(r'<td class="muted small">(results/[^<]*)</td>', table)) == {"results/h100/bench.json"}
+    assert "No committed per-layer run" in h100            # the fixture's layer table is an H200 run
 
 
 def test_benchmarks_page_lists_each_ops_ideas_measured_and_not_kept(site):
