@@ -15,9 +15,10 @@ replaces one whose inputs rotated past it), and judges the issue's targets there
            run that did at the point (marked "other run"); the eager column likewise (a cold run,
            bench_kernels.py --no-eager, leaves it to the warm run before it)
   cublas   skinny_gemm only: never slower than cuBLAS, and >= 1.05x faster at M = 1..8
-  pair     gemm_situ_and_mul only: faster than the pair it replaces (cuBLAS gate_up, then the
-           promoted situ_and_mul: bench_kernels.py's "cublas+situ" column), the issue's "fused
-           into the shared-expert path if that measures faster"
+  pair     gemm_situ_and_mul only: faster than the pair it replaces (bench_kernels.py's "unfused"
+           column: skinny_gemm then situ_and_mul as the registry of the promoted kernels routes
+           them; runs before session 52 timed cuBLAS for the GEMM, "cublas+situ"), the issue's
+           "fused into the shared-expert path if that measures faster"
 
 and lists the points of the kernel's scope (B in 1, 2, 4, ..., 64) that no run measured (a point
 whose tensors have the shapes of a measured one counts as measured: TP16 of a replicated op).
@@ -335,7 +336,7 @@ def card(op: str, candidate: str, scope: dict, files: list[tuple[Path, dict]], r
             works.add(_work(op, p))
             if comp is not None:
                 with_compile.add(_work(op, p))
-            pair = next((c for c in times if c.startswith("cublas+situ")), None)
+            pair = next((c for c in times if c.startswith(("unfused", "cublas+situ"))), None)
             partly = _partly_l2(row, l2_bytes=l2)
             if partly and p in latest and latest[p].partly_l2 is False:
                 continue          # a row partly served from L2 never replaces one that rotated past it

@@ -318,6 +318,23 @@ def test_the_fused_op_must_beat_the_pair_it_replaces(sc):
     assert sc.judge("gemm_situ_and_mul", m)["pair"] is False
 
 
+def test_the_pair_is_read_from_the_unfused_column_and_from_older_runs_cublas_situ(sc, tmp_path):
+    """bench_kernels.py times the pair as the registry routes it ("unfused", since session 52: a
+    promoted skinny_gemm kernel where one covers the GEMM); older runs named it "cublas+situ"."""
+    scope = {"archs": ["sm_90a"], "tp": [8], "batch": [1, 2], "dtypes": ["bf16"], "state_dtypes": [],
+             "shapes": ["shared_gate_up"]}
+
+    def run(name: str, bar: str, batch: int) -> tuple[Path, dict]:
+        row = {"tp": 8, "batch": batch, "shape": "shared_gate_up", "floor_us": 5.0,
+               "times": {bar: {"median_us": 12.0}, "fam:abc123": {"median_us": 10.0}}}
+        return tmp_path / name, {"device": "NVIDIA H200", "ops": {"gemm_situ_and_mul": {
+            "candidates": {"fam:abc123": {"id": "abc123def456"}}, "rows": [row]}}}
+
+    c = sc.card("gemm_situ_and_mul", "abc123def456", scope, [run("old.json", "cublas+situ", 1),
+                                                             run("new.json", "unfused", 2)], tmp_path)
+    assert [(m.point.batch, m.pair_us, m.verdicts["pair"]) for m in c.measured] == [(1, 12.0, True), (2, 12.0, True)]
+
+
 def _layers(path: Path, config: str, rows: list[tuple], on_ops=("attn_res",)) -> None:
     path.write_text(json.dumps({
         "config": config, "rows": [{"layer": layer, "attn": "kda", "ffn": "moe", "batch": b, "kernels": side,

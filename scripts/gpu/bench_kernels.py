@@ -28,7 +28,8 @@ For every op with human candidates (kernels_generated/<op>/*/candidate.json, aut
      op reads where it also writes), but where even it misses a target, a one-pass kernel that
      streams no faster is unlikely to meet it (--no-copy-floor skips it).
 skinny_gemm also times torch's own bf16 `x @ weight.t()` (cuBLAS), the bar its kernels must beat;
-gemm_situ_and_mul times the pair it replaces, cuBLAS then the promoted situ_and_mul kernel.
+gemm_situ_and_mul times the pair it replaces, skinny_gemm then situ_and_mul as the registry of the
+promoted kernels routes them ("unfused"; each row's "bar" names what ran).
 A candidate is only checked and timed at the points of its declared scope (batch range, TP,
 shapes, state dtypes). Points span TP x shape (ops with named shapes) x state dtype x B.
 Prints one table per op (B; eager; torch.compile; ours; floor; % of floor) and writes
@@ -135,39 +136,35 @@ def in_scope(cand: dict, point: Point) -> bool:
 BASELINES = {"skinny_gemm": ("cublas", lambda x, weight: x @ weight.t())}
 
 
-def unfused_gate_up_act(tp: int):
-    """gemm_situ_and_mul's bar: what the decoder runs without it, cuBLAS's gate_up GEMM then
-    situ_and_mul as the registry routes it: the promoted kernel at the width situ_and_mul is
-    defined for (the shared experts', SHARED_INTER/TP), torch's SiTU reference at any other
-    width (dense_gate_up: the registry's scope check sends it to the reference) or when none is
-    promoted. One label for both, "cublas+situ"; each row's `bar` names what ran: (label, fn)."""
-    from harness.promotion import read_manifest
-    from harness.registry import device_arch
-    from harness.toolchain import load_compiled
+UNFUSED = "unfused"     # gemm_situ_and_mul's bar column (runs before session 52: "cublas+situ")
 
-    situ = reference_impls.get("situ_and_mul")
-    act = situ.reference
-    width = situ.dims(Point(batch=1, tp=tp))["I"]
-    entry = next((e for e in read_manifest(ROOT) if e["op"] == "situ_and_mul"), None)
-    kern = None if entry is None else load_compiled(
-        ROOT / "kernels_generated" / "situ_and_mul" / entry["candidate"], device_arch(torch.device("cuda")), tp)
 
-    def kernel_runs(weight_rows: int) -> bool:
-        return kern is not None and weight_rows // 2 == width
+def unfused_gate_up_act(tp: int, reg=None):
+    """gemm_situ_and_mul's bar: what the decoder runs where the fused kernel does not
+    (harness/model/decoder.py, `_gate_up_act`): skinny_gemm, then situ_and_mul, each through the
+    registry of the promoted kernels (`reg`, default `harness.registry.default()`). So the GEMM is
+    skinny_gemm's promoted kernel where one covers the call (a87a4d at dense_gate_up TP16, since
+    session 52) and cuBLAS (its reference, x @ w^T) elsewhere, and the SiTU the promoted situ_and_mul
+    at the width it is scoped to (the shared experts') and torch's reference at dense_gate_up's.
+    Runs before session 52 timed cuBLAS for the GEMM everywhere, labelled "cublas+situ".
+    Returns (label, fn(x, weight, shape)); `fn.ran(x, weight, shape)` runs it once and names what
+    each of the two ops ran ("skinny_gemm:<candidate>" or "skinny_gemm:reference")."""
+    from harness import registry as registry_mod
 
-    def run(x, weight):
-        gate_up = x @ weight.t()
-        if not kernel_runs(weight.shape[0]):
-            return act(gate_up)["out"]
-        out = torch.empty((x.shape[0], width), dtype=torch.bfloat16, device=x.device)
-        kern(gate_up=gate_up, out=out)
-        return out
-    promoted = "situ_and_mul:reference" if entry is None else f"situ_and_mul:{entry['candidate'][:12]}"
+    reg = reg or registry_mod.default()
 
-    def activation_for(weight_rows: int) -> str:                       # what a row's bar ran
-        return promoted if kernel_runs(weight_rows) else "situ_and_mul:reference"
-    run.activation_for = activation_for  # type: ignore[attr-defined]  # an attribute on a function
-    return "cublas+situ", run
+    def run(x, weight, shape):
+        gate_up = reg.run("skinny_gemm", {"x": x, "weight": weight}, tp=tp, shape=shape)["out"]
+        return reg.run("situ_and_mul", {"gate_up": gate_up}, tp=tp)["out"]
+
+    def ran(x, weight, shape) -> dict[str, str]:
+        reg.reset_counters()
+        run(x, weight, shape)
+        kernels = dict(reg.candidate_counters())
+        by_op = {op: cand for op, cand in kernels}
+        return {op: f"{op}:{by_op.get(op, 'reference')}" for op in ("skinny_gemm", "situ_and_mul")}
+    run.ran = ran  # type: ignore[attr-defined]  # an attribute on a function
+    return UNFUSED, run
 
 
 # baselines that depend on TP (built once per TP)
@@ -408,10 +405,11 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
             impls["compile"] = lambda i, s=sets, o=outs: compiled_ref(s[i], o[i])
         if copy_floor:
             row["copy_bytes"] = 8 * copy_elems(row["min_bytes"])
-        if baseline is not None:
+        if baseline is not None and hasattr(baseline[1], "ran"):       # the unfused bar routes by shape
+            impls[baseline[0]] = lambda i, s=sets, f=baseline[1], sh=point.shape: f(**s[i], shape=sh)
+            row["bar"] = baseline[1].ran(**sets[0], shape=point.shape)
+        elif baseline is not None:
             impls[baseline[0]] = lambda i, s=sets, f=baseline[1]: f(**s[i])
-            if hasattr(baseline[1], "activation_for"):
-                row["bar_activation"] = baseline[1].activation_for(sets[0]["weight"].shape[0])
         for label, (mod, cache) in loaded.items():
             info = rec["candidates"][label]
             if not in_scope(by_label[label], point):

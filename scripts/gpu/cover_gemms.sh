@@ -21,7 +21,8 @@
 #   here:    bash scripts/gpu/slim_tree.sh off; copy FILES_AT/* to results/<card: h200, h100>/<session>/;
 #            python scripts/gpu/pick_winner.py <that>/bench_cover_skinny.json skinny_gemm cublas \
 #              --per-shape --propose --exclude-shapes shared_gate_up --write prompts/kernels/human_candidates.json
-#            (the same for bench_cover_gemm_situ.json, gemm_situ_and_mul, "cublas+situ"), then
+#            (the same for bench_cover_gemm_situ.json, gemm_situ_and_mul, "unfused": "cublas+situ"
+#            in runs before session 52), then
 #            python prompts/kernels/render_human.py --op skinny_gemm, commit, and gate the new
 #            candidates (PHASE=perf, then PHASE=checks: scripts/gpu/regate.sh's header).
 #
@@ -106,7 +107,9 @@ winners() {            # pick_winner's proposal from the bench JSONs in $1 (extr
       --exclude-shapes shared_gate_up "$@" || return
   fi
   if [ -f "$dir/bench_cover_gemm_situ.json" ]; then
-    "$PY" scripts/gpu/pick_winner.py "$dir/bench_cover_gemm_situ.json" gemm_situ_and_mul cublas+situ \
+    local bar=unfused                    # bench_kernels.py's bar column; "cublas+situ" before session 52
+    grep -q '"cublas+situ"' "$dir/bench_cover_gemm_situ.json" && bar=cublas+situ
+    "$PY" scripts/gpu/pick_winner.py "$dir/bench_cover_gemm_situ.json" gemm_situ_and_mul "$bar" \
       --per-shape --propose "$@" || return
   fi
 }

@@ -158,33 +158,48 @@ def test_table_marks_points_whose_rotation_stays_in_l2(bench, capsys):
     assert sum(line.startswith("  B*: the rotated inputs") for line in lines) == 1
 
 
-def test_unfused_bar_without_a_promoted_situ_is_cublas_then_the_reference(bench, monkeypatch):
+def test_unfused_bar_is_skinny_gemm_then_situ_as_the_registry_routes_them(bench):
+    """The bar is what the decoder runs without the fused kernel: each op through the registry, so a
+    promoted skinny_gemm kernel whose scope covers the call runs, and the reference elsewhere."""
     import torch
 
-    import harness.promotion
-    monkeypatch.setattr(harness.promotion, "read_manifest", lambda root: [])
-    label, run = bench.unfused_gate_up_act(16)
-    assert label == "cublas+situ"
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(2, 64, generator=gen).to(torch.bfloat16)
-    w = torch.randn(2 * 384, 64, generator=gen).to(torch.bfloat16)
-    want = reference_impls.get("situ_and_mul").reference(x @ w.t())["out"]
-    assert torch.equal(run(x, w), want)
-    assert run.activation_for(2 * 384) == "situ_and_mul:reference"
+    from harness.registry import KernelScope, Registry
+
+    calls: list[tuple[int, int]] = []
+
+    def fake_gemm(x, weight, out):                       # a "promoted kernel" for dense_gate_up only
+        calls.append((x.shape[0], weight.shape[0]))
+        out.copy_(reference_impls.get("skinny_gemm").reference(x=x, weight=weight)["out"])
+
+    reg = Registry()
+    scope = KernelScope(archs=("cpu",), tp=(16,), batch=(1, 8), dtypes=("bf16",), state_dtypes=(),
+                        shapes=("dense_gate_up",))
+    reg.register("skinny_gemm", scope, fake_gemm, candidate="feedfacecafe")
+    label, run = bench.unfused_gate_up_act(16, reg)
+    assert label == bench.UNFUSED == "unfused"
+    defn = reference_impls.get("gemm_situ_and_mul")
+    for shape, kernel in (("dense_gate_up", "skinny_gemm:feedfacecafe"), ("shared_gate_up", "skinny_gemm:reference")):
+        inputs = defn.make_inputs(Point(batch=2, tp=16, shape=shape), torch.Generator().manual_seed(0), "cpu")
+        x, w = inputs["x"], inputs["weight"]
+        calls.clear()
+        out = run(x, w, shape)
+        assert torch.equal(out, defn.reference(x=x, weight=w)["out"])     # the fused op's reference is the pair
+        assert calls == ([(2, w.shape[0])] if shape == "dense_gate_up" else [])
+        assert run.ran(x, w, shape) == {"skinny_gemm": kernel, "situ_and_mul": "situ_and_mul:reference"}
 
 
 def test_table_shows_the_bar_column_of_a_tp_dependent_baseline(bench, capsys):
     t = lambda us: {"median_us": us}  # noqa: E731
-    rec = {"op": "gemm_situ_and_mul", "baseline": "cublas+situ",
+    rec = {"op": "gemm_situ_and_mul", "baseline": "unfused",
            "candidates": {"k:abc": {"id": "abc", "check": {"B=1": {"ok": True, "summary": ""}}}},
            "rows": [{"tp": 8, "batch": 1, "shape": "shared_gate_up", "floor_us": 5.0,
-                     "times": {"eager": t(60.0), "compile": t(30.0), "cublas+situ": t(12.0), "k:abc": t(10.0)}}]}
+                     "times": {"eager": t(60.0), "compile": t(30.0), "unfused": t(12.0), "k:abc": t(10.0)}}]}
     bench.print_table(rec)
     head, row = capsys.readouterr().out.splitlines()[2:4]
     cols = [c.strip() for c in head.split("|")]
     cells = [c.strip() for c in row.split("|")]
-    assert cells[cols.index("cublas+situ")] == "12.00"
-    assert cells[cols.index("best vs cublas+situ")] == "1.20"
+    assert cells[cols.index("unfused")] == "12.00"
+    assert cells[cols.index("best vs unfused")] == "1.20"
 
 
 def test_references_are_timed_in_a_group_of_their_own(bench):
