@@ -144,25 +144,30 @@ def unfused_gate_up_act(tp: int, reg=None):
     (harness/model/decoder.py, `_gate_up_act`): skinny_gemm, then situ_and_mul, each through the
     registry of the promoted kernels (`reg`, default `harness.registry.default()`). So the GEMM is
     skinny_gemm's promoted kernel where one covers the call (a87a4d at dense_gate_up TP16, since
-    session 52) and cuBLAS (its reference, x @ w^T) elsewhere, and the SiTU the promoted situ_and_mul
-    at the width it is scoped to (the shared experts') and torch's reference at dense_gate_up's.
-    Runs before session 52 timed cuBLAS for the GEMM everywhere, labelled "cublas+situ".
-    Returns (label, fn(x, weight, shape)); `fn.ran(x, weight, shape)` runs it once and names what
-    each of the two ops ran ("skinny_gemm:<candidate>" or "skinny_gemm:reference")."""
+    session 52), and elsewhere cuBLAS's bf16 x @ w^T, skinny_gemm's bar (not its fp32 reference,
+    which the registry would fall back to); the SiTU is the promoted situ_and_mul at the width it is
+    scoped to (the shared experts') and torch's reference at dense_gate_up's. Runs before session 52
+    timed cuBLAS for the GEMM everywhere, labelled "cublas+situ". Returns (label, fn(x, weight,
+    shape)); `fn.ran(x, weight, shape)` runs it once and names what each op ran
+    ("skinny_gemm:<candidate>" or "skinny_gemm:cublas", "situ_and_mul:<candidate>" or ":reference")."""
     from harness import registry as registry_mod
 
     reg = reg or registry_mod.default()
 
     def run(x, weight, shape):
-        gate_up = reg.run("skinny_gemm", {"x": x, "weight": weight}, tp=tp, shape=shape)["out"]
+        gemm_in = {"x": x, "weight": weight}
+        if reg.selects_kernel("skinny_gemm", gemm_in, tp=tp, shape=shape):
+            gate_up = reg.run("skinny_gemm", gemm_in, tp=tp, shape=shape)["out"]
+        else:
+            gate_up = x @ weight.t()
         return reg.run("situ_and_mul", {"gate_up": gate_up}, tp=tp)["out"]
 
     def ran(x, weight, shape) -> dict[str, str]:
         reg.reset_counters()
         run(x, weight, shape)
-        kernels = dict(reg.candidate_counters())
-        by_op = {op: cand for op, cand in kernels}
-        return {op: f"{op}:{by_op.get(op, 'reference')}" for op in ("skinny_gemm", "situ_and_mul")}
+        by_op = {op: cand for op, cand in reg.candidate_counters()}
+        return {"skinny_gemm": f"skinny_gemm:{by_op.get('skinny_gemm', 'cublas')}",
+                "situ_and_mul": f"situ_and_mul:{by_op.get('situ_and_mul', 'reference')}"}
     run.ran = ran  # type: ignore[attr-defined]  # an attribute on a function
     return UNFUSED, run
 
