@@ -655,6 +655,7 @@ def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None
            as_json: bool = False, gpu_name: str = DEFAULT_GPU) -> str:
     """The scorecard of the runs on `gpu_name` as text (markdown tables) or JSON: every promoted op
     (or `ops`), then the per-layer tables (left out when `ops` narrows it)."""
+    gpu_name = gpu_name.lower()                       # --gpu H100 is --gpu h100
     if gpu_name not in GPUS:
         raise ScorecardError(f"no committed runs on {gpu_name!r}: --gpu is one of {', '.join(GPUS)}")
     if results is not None and not results.is_dir():

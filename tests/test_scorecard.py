@@ -426,7 +426,7 @@ def test_runs_on_another_card_are_left_out(sc, tmp_path):
 def test_the_gpu_option_names_the_card_and_refuses_one_without_runs(tmp_path):
     run = lambda *a: subprocess.run([sys.executable, str(ROOT / "scripts" / "scorecard.py"), *a],  # noqa: E731
                                     capture_output=True, text=True, cwd=ROOT)
-    p = run("--op", "situ_and_mul", "--gpu", "h100")
+    p = run("--op", "situ_and_mul", "--gpu", "H100")
     assert p.returncode == 0 and p.stdout.startswith("# scorecard: every number below was measured on the H100")
     assert "results/h100/" in p.stdout and "results/h200/" not in p.stdout
     out = json.loads(run("--op", "situ_and_mul", "--gpu", "h100", "--json").stdout)
