@@ -576,10 +576,12 @@ def _floor_misses_note(c: OpCard) -> str:
             f"{unknown} unknown{l2})")
 
 
-def render(c: OpCard) -> str:
+def render(c: OpCard, elsewhere: str = "") -> str:
+    """`elsewhere`: for a card without rows, where else runs measured it (measured_elsewhere)."""
     lines = [f"## {c.op}: promoted {c.candidate}"]
     if not c.measured:
-        lines.append("no committed benchmark measured this candidate")
+        lines.append(f"no committed benchmark on this card measured this candidate; {elsewhere}" if elsewhere
+                     else "no committed benchmark measured this candidate")
     else:
         head = ("| point | eager | torch.compile | cuBLAS [+situ] | ours | floor | floor+launch | copy | ours/floor "
                 "| vs compile | targets | source |")
@@ -630,6 +632,23 @@ def summary_lines(c: OpCard) -> list[str]:
     return lines
 
 
+def measured_elsewhere(root: Path, cards: list[OpCard], gpu_name: str, ops: list[str] | None = None,
+                       results: Path | None = None) -> dict[tuple[str, str], str]:
+    """For each card of `gpu_name` without rows: which other cards' runs measured its kernel, as
+    "measured on the H100 (harness scorecard --gpu h100)" ((op, candidate) -> that note); a kernel
+    promoted on one card's evidence is then not mistaken for one never benchmarked at all."""
+    missing = {(c.op, c.candidate) for c in cards if not c.measured}
+    notes: dict[tuple[str, str], list[str]] = {}
+    for other in GPUS:
+        if other == gpu_name or not missing:
+            continue
+        for c in scorecards(root, results, ops, gpu_name=other):
+            if (c.op, c.candidate) in missing and c.measured:
+                notes.setdefault((c.op, c.candidate), []).append(
+                    f"the {other.upper()} runs measured {len(c.measured)} points (harness scorecard --gpu {other})")
+    return {k: "; ".join(v) for k, v in notes.items()}
+
+
 class ScorecardError(ValueError):
     """A user mistake: a results path that is not a folder, an unknown op, an op without a promoted kernel."""
 
@@ -671,12 +690,16 @@ def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None
     if not cards and not layers:
         raise ScorecardError("nothing to judge: no promoted kernel in kernels_generated/promoted.json and no per-layer benchmark")
     covers = {c.op: c for c in coverages(root, ops)}
+    elsewhere = measured_elsewhere(root, cards, gpu_name, ops, results.resolve() if results else None)
     if as_json:
         return json.dumps({"gpu": gpu_name, "ops": [asdict(c) for c in cards],
                            "coverage": [asdict(c) for c in covers.values()],
-                           "layers": [asdict(t) for t in layers]}, indent=1)
+                           "layers": [asdict(t) for t in layers],
+                           "measured_elsewhere": [{"op": op, "candidate": cand, "note": note}
+                                                  for (op, cand), note in sorted(elsewhere.items())]}, indent=1)
     last = {c.op: i for i, c in enumerate(cards)}     # an op's coverage line after its last card
-    texts = [render(c) + (f"\n{coverage_line(covers[c.op])}" if last[c.op] == i and c.op in covers else "")
+    texts = [render(c, elsewhere.get((c.op, c.candidate), ""))
+             + (f"\n{coverage_line(covers[c.op])}" if last[c.op] == i and c.op in covers else "")
              for i, c in enumerate(cards)]
     head = f"# scorecard: every number below was measured on the {gpu_name.upper()} (--gpu {gpu_name})"
     return "\n\n".join([head] + texts + [render_layers(t) for t in layers])

@@ -243,6 +243,17 @@ def test_the_h100_scorecard_reads_only_h100_runs_and_times_every_promoted_kernel
     assert not any(m.source.startswith("results/h100/") for c in sc.scorecards() for m in c.measured)
 
 
+def test_a_kernel_measured_only_on_another_card_says_where(sc):
+    """The H200 scorecard's cards of the kernels promoted on H100 evidence name the H100 runs that
+    measured them, so none reads as never benchmarked at all."""
+    out = json.loads(sc.report(ROOT, as_json=True))
+    assert {(e["op"], e["candidate"]) for e in out["measured_elsewhere"]} == AWAITING_H200_BENCH
+    text = sc.report(ROOT, ops=["gemm_situ_and_mul"])
+    assert ("## gemm_situ_and_mul: promoted 16be30c884ed\nno committed benchmark on this card measured this candidate; "
+            "the H100 runs measured 4 points (harness scorecard --gpu h100)") in text
+    assert json.loads(sc.report(ROOT, as_json=True, gpu_name="h100"))["measured_elsewhere"] == []  # H100 timed all
+
+
 def test_a_row_that_stands_for_another_scope_point_says_so(sc, tmp_path):
     """moe_router's shapes do not depend on TP: a run's TP8 rows cover the TP16 points too, and the
     summary line says how many scope points the rows cover; kda's rows are one point each."""

@@ -210,7 +210,8 @@ def render_site(data: SiteData, out_dir: Path, live: bool = False) -> BuildResul
     page("index.html", "overview.html.j2", title="Overview")
     page("history.html", "history.html.j2", title="Promotion history")
     page("runs.html", "runs.html.j2", title="Agent runs")
-    gpus = [("h200", "benchmarks.html")] + [(g.gpu, benchmarks_page(g.gpu)) for g in data.other_gpus]
+    gpus = [("h200", "benchmarks.html", data.benchmarks)] + [(g.gpu, benchmarks_page(g.gpu), g.benchmarks)
+                                                             for g in data.other_gpus]
     page("benchmarks.html", "benchmarks.html.j2", title="Benchmarks", gpu="h200", gpus=gpus,
          cards=data.benchmarks, layers=data.layer_tables)
     for g in data.other_gpus:

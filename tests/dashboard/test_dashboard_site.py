@@ -240,6 +240,26 @@ def test_each_card_with_runs_gets_its_own_benchmarks_page(site):
     assert "No committed per-layer run" in h100            # the fixture's layer table is an H200 run
 
 
+def test_a_kernel_benchmarked_only_on_another_card_links_there(tmp_path, site):
+    """Without the H200 run, the H200 page's card says so and links the H100 runs that measured it
+    (kernels promoted on H100 evidence in sessions 51-52 are such)."""
+    import shutil
+
+    from harness.dashboard.render import render_site
+
+    root = tmp_path / "repo"
+    for folder in ("kernels_generated", "results"):
+        shutil.copytree(site.root / folder, root / folder)
+    (root / "results" / "h200" / "bench.json").unlink()
+    render_site(collect(root), tmp_path / "out")
+    section = re.search(rf'<section class="bench" id="bench-{OP}".*?</section>',
+                        (tmp_path / "out" / "benchmarks.html").read_text(), re.S).group(0)
+    assert "No committed benchmark on this card measured this candidate. The H100 runs measured 2 points of it." \
+        in _text(section)
+    assert f'href="benchmarks-h100.html#card-{OP}-{site.ids["v1"]}"' in section
+    assert f'id="card-{OP}-{site.ids["v1"]}"' in (tmp_path / "out" / "benchmarks-h100.html").read_text()
+
+
 def test_benchmarks_page_lists_each_ops_ideas_measured_and_not_kept(site):
     """Under the promoted op's card, its ledger (prompts/kernels/<op>/measured.json) in file order; an op
     with a ledger but no benchmark card gets a section of its own; a malformed ledger is a warning on the
