@@ -149,7 +149,8 @@ def unfused_gate_up_act(tp: int, reg=None):
     scoped to (the shared experts') and torch's reference at dense_gate_up's. Runs before session 52
     timed cuBLAS for the GEMM everywhere, labelled "cublas+situ". Returns (label, fn(x, weight,
     shape)); `fn.ran(x, weight, shape)` runs it once and names what each op ran
-    ("skinny_gemm:<candidate>" or "skinny_gemm:cublas", "situ_and_mul:<candidate>" or ":reference")."""
+    ("skinny_gemm:<candidate>" or "skinny_gemm:cublas", "situ_and_mul:<candidate>" or ":reference",
+    "<op>:failed (<error>)" where a kernel raised and the registry ran the op's reference instead)."""
     from harness import registry as registry_mod
 
     reg = reg or registry_mod.default()
@@ -165,9 +166,9 @@ def unfused_gate_up_act(tp: int, reg=None):
     def ran(x, weight, shape) -> dict[str, str]:
         reg.reset_counters()
         run(x, weight, shape)
-        by_op = {op: cand for op, cand in reg.candidate_counters()}
-        return {"skinny_gemm": f"skinny_gemm:{by_op.get('skinny_gemm', 'cublas')}",
-                "situ_and_mul": f"situ_and_mul:{by_op.get('situ_and_mul', 'reference')}"}
+        by_op, errors = {op: cand for op, cand in reg.candidate_counters()}, reg.errors()
+        return {op: f"{op}:{by_op[op]}" if op in by_op else f"{op}:failed ({errors[op]})" if op in errors
+                else f"{op}:{otherwise}" for op, otherwise in (("skinny_gemm", "cublas"), ("situ_and_mul", "reference"))}
     run.ran = ran  # type: ignore[attr-defined]  # an attribute on a function
     return UNFUSED, run
 

@@ -191,6 +191,13 @@ def test_unfused_bar_is_skinny_gemm_then_situ_as_the_registry_routes_them(bench)
             assert torch.equal(out, situ(x @ w.t())["out"]) and calls == []
         assert run.ran(x, w, shape) == {"skinny_gemm": kernel, "situ_and_mul": "situ_and_mul:reference"}
 
+    def broken(x, weight, out):
+        raise RuntimeError("launch failed")
+    reg.register("skinny_gemm", scope, broken, candidate="feedfacecafe")   # the registry runs the reference instead
+    inputs = defn.make_inputs(Point(batch=2, tp=16, shape="dense_gate_up"), torch.Generator().manual_seed(0), "cpu")
+    assert run.ran(inputs["x"], inputs["weight"], "dense_gate_up")["skinny_gemm"].startswith(
+        "skinny_gemm:failed (skinny_gemm: RuntimeError: launch failed")
+
 
 def test_table_shows_the_bar_column_of_a_tp_dependent_baseline(bench, capsys):
     t = lambda us: {"median_us": us}  # noqa: E731
