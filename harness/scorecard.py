@@ -577,7 +577,7 @@ def _floor_misses_note(c: OpCard) -> str:
 
 
 def render(c: OpCard, elsewhere: str = "") -> str:
-    """`elsewhere`: for a card without rows, where else runs measured it (measured_elsewhere)."""
+    """`elsewhere`: for a card without rows, which other card's runs measured it (elsewhere_note)."""
     lines = [f"## {c.op}: promoted {c.candidate}"]
     if not c.measured:
         lines.append(f"no committed benchmark on this card measured this candidate; {elsewhere}" if elsewhere
@@ -632,21 +632,18 @@ def summary_lines(c: OpCard) -> list[str]:
     return lines
 
 
-def measured_elsewhere(root: Path, cards: list[OpCard], gpu_name: str, ops: list[str] | None = None,
-                       results: Path | None = None) -> dict[tuple[str, str], str]:
-    """For each card of `gpu_name` without rows: which other cards' runs measured its kernel, as
-    "measured on the H100 (harness scorecard --gpu h100)" ((op, candidate) -> that note); a kernel
-    promoted on one card's evidence is then not mistaken for one never benchmarked at all."""
-    missing = {(c.op, c.candidate) for c in cards if not c.measured}
-    notes: dict[tuple[str, str], list[str]] = {}
-    for other in GPUS:
-        if other == gpu_name or not missing:
-            continue
-        for c in scorecards(root, results, ops, gpu_name=other):
-            if (c.op, c.candidate) in missing and c.measured:
-                notes.setdefault((c.op, c.candidate), []).append(
-                    f"the {other.upper()} runs measured {len(c.measured)} points (harness scorecard --gpu {other})")
-    return {k: "; ".join(v) for k, v in notes.items()}
+def measured_elsewhere(cards: list[OpCard], others: dict[str, list[OpCard]]) -> dict[tuple[str, str], list[tuple[str, int]]]:
+    """For each of `cards` without rows, the other cards whose runs measured its kernel: (op,
+    candidate) -> [(GPUS name, points measured there)]. `others`: GPUS name -> that card's
+    scorecards. So a kernel promoted on one card's evidence does not read as never benchmarked."""
+    found = {(c.op, c.candidate): [(g, len(o.measured)) for g, oc in others.items() for o in oc
+                                   if (o.op, o.candidate) == (c.op, c.candidate) and o.measured]
+             for c in cards if not c.measured}
+    return {k: v for k, v in found.items() if v}
+
+
+def elsewhere_note(where: list[tuple[str, int]]) -> str:
+    return "; ".join(f"the {g.upper()} runs measured {n} points (harness scorecard --gpu {g})" for g, n in where)
 
 
 class ScorecardError(ValueError):
@@ -690,15 +687,18 @@ def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None
     if not cards and not layers:
         raise ScorecardError("nothing to judge: no promoted kernel in kernels_generated/promoted.json and no per-layer benchmark")
     covers = {c.op: c for c in coverages(root, ops)}
-    elsewhere = measured_elsewhere(root, cards, gpu_name, ops, results.resolve() if results else None)
+    others = {g: scorecards(root, results.resolve() if results else None, ops, gpu_name=g)
+              for g in GPUS if g != gpu_name} if any(not c.measured for c in cards) else {}
+    elsewhere = measured_elsewhere(cards, others)
     if as_json:
         return json.dumps({"gpu": gpu_name, "ops": [asdict(c) for c in cards],
                            "coverage": [asdict(c) for c in covers.values()],
                            "layers": [asdict(t) for t in layers],
-                           "measured_elsewhere": [{"op": op, "candidate": cand, "note": note}
-                                                  for (op, cand), note in sorted(elsewhere.items())]}, indent=1)
+                           "measured_elsewhere": [{"op": op, "candidate": cand, "gpu": g, "points": n}
+                                                  for (op, cand), where in sorted(elsewhere.items())
+                                                  for g, n in where]}, indent=1)
     last = {c.op: i for i, c in enumerate(cards)}     # an op's coverage line after its last card
-    texts = [render(c, elsewhere.get((c.op, c.candidate), ""))
+    texts = [render(c, elsewhere_note(elsewhere.get((c.op, c.candidate), [])))
              + (f"\n{coverage_line(covers[c.op])}" if last[c.op] == i and c.op in covers else "")
              for i, c in enumerate(cards)]
     head = f"# scorecard: every number below was measured on the {gpu_name.upper()} (--gpu {gpu_name})"

@@ -248,6 +248,7 @@ def test_a_kernel_measured_only_on_another_card_says_where(sc):
     measured them, so none reads as never benchmarked at all."""
     out = json.loads(sc.report(ROOT, as_json=True))
     assert {(e["op"], e["candidate"]) for e in out["measured_elsewhere"]} == AWAITING_H200_BENCH
+    assert all(e["gpu"] == "h100" and e["points"] > 0 for e in out["measured_elsewhere"])
     text = sc.report(ROOT, ops=["gemm_situ_and_mul"])
     assert ("## gemm_situ_and_mul: promoted 16be30c884ed\nno committed benchmark on this card measured this candidate; "
             "the H100 runs measured 4 points (harness scorecard --gpu h100)") in text

@@ -212,11 +212,16 @@ def render_site(data: SiteData, out_dir: Path, live: bool = False) -> BuildResul
     page("runs.html", "runs.html.j2", title="Agent runs")
     gpus = [("h200", "benchmarks.html", data.benchmarks)] + [(g.gpu, benchmarks_page(g.gpu), g.benchmarks)
                                                              for g in data.other_gpus]
-    page("benchmarks.html", "benchmarks.html.j2", title="Benchmarks", gpu="h200", gpus=gpus,
-         cards=data.benchmarks, layers=data.layer_tables)
+    href = {g: h for g, h, _ in gpus}
+
+    def bench_page(name: str, title: str, gpu_name: str, cards: list[Any], layers: list[Any]) -> None:
+        elsewhere = _scorecard().measured_elsewhere(cards, {g: c for g, _, c in gpus if g != gpu_name})
+        page(name, "benchmarks.html.j2", title=title, gpu=gpu_name, gpus=gpus, href=href, cards=cards,
+             layers=layers, elsewhere=elsewhere)
+
+    bench_page("benchmarks.html", "Benchmarks", "h200", data.benchmarks, data.layer_tables)
     for g in data.other_gpus:
-        page(benchmarks_page(g.gpu), "benchmarks.html.j2", title=f"Benchmarks ({g.gpu.upper()})", gpu=g.gpu,
-             gpus=gpus, cards=g.benchmarks, layers=g.layer_tables)
+        bench_page(benchmarks_page(g.gpu), f"Benchmarks ({g.gpu.upper()})", g.gpu, g.benchmarks, g.layer_tables)
     for r in data.runs:
         page(run_page(r.id), "run.html.j2", title=f"Run {r.id}", run=r, plots=run_plots(r),
              known={(o.name, c.id) for o in data.ops for c in o.candidates})
