@@ -39,16 +39,17 @@ def register(app: typer.Typer) -> None:
                       results: Optional[Path] = typer.Option(None, "--results",
                                                              help="Folder of benchmark JSONs (default results/)."),
                       as_json: bool = typer.Option(False, "--json", help="Print the scorecard as JSON."),
-                      gpu_name: str = typer.Option("h200", "--gpu",
-                                                   help="The card whose runs to judge: h200 (the issue's) or h100.")) -> None:
+                      gpu_name: Optional[str] = typer.Option(None, "--gpu",
+                                                             help="The card whose runs to judge: h200 (the issue's, "
+                                                                  "the default) or h100.")) -> None:
         """Issue 7's targets judged on the committed benchmark runs of one card: one table per
         promoted op (reference, torch.compile, ours, HBM floor, targets met) and the per-layer
         on/off tables."""
         from . import paths
-        from .scorecard import ScorecardError, report
+        from .scorecard import DEFAULT_GPU, ScorecardError, report
 
         try:
-            print(report(paths.root(), op or None, results, as_json, gpu_name))
+            print(report(paths.root(), op or None, results, as_json, gpu_name or DEFAULT_GPU))
         except ScorecardError as exc:
             raise UserError(str(exc)) from None
 

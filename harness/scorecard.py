@@ -203,11 +203,22 @@ def run_gpu(d: dict) -> str | None:
 
 
 def json_files(results: Path, root: Path, gpu_name: str = DEFAULT_GPU) -> list[tuple[Path, dict]]:
-    """Every JSON object under `results` (plain or .xz) measured on `gpu_name`: runs without a
-    launch floor (studies) before runs with one, each group oldest commit first (then by path)."""
+    """Every JSON object under `results` (plain or .xz) measured on `gpu_name`, in all_json_files' order."""
+    return on_gpu(all_json_files(results, root), gpu_name)
+
+
+def on_gpu(files: list[tuple[Path, dict]], gpu_name: str) -> list[tuple[Path, dict]]:
+    """The runs of `files` (all_json_files) measured on `gpu_name`, in their order: read the results
+    once, then take each card's share."""
+    return [(p, d) for p, d in files if run_gpu(d) == gpu_name]
+
+
+def all_json_files(results: Path, root: Path) -> list[tuple[Path, dict]]:
+    """Every JSON object under `results` (plain or .xz), whatever its card: runs without a launch
+    floor (studies) before runs with one, each group oldest commit first (then by path)."""
     order = _commit_order(root)
     found = [(p, d) for p in sorted(results.rglob("*.json*")) if p.suffix in (".json", ".xz")
-             if (d := load_result(p)) is not None and run_gpu(d) == gpu_name]
+             if (d := load_result(p)) is not None]
     # studies (bench_kernels.py --no-launch-floor) first: a study committed after the whole-scope
     # run it followed must not overwrite that run's points (session 19 did, by commit order alone)
     return sorted(found, key=lambda pd: (_launch_floor_us(pd[1]) is not None, order.get(_rel(pd[0], root), 0),
@@ -678,7 +689,8 @@ def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None
         raise ScorecardError(f"{results} is not a folder")
     if ops:                               # before any result file is read
         _check_ops(root, ops)
-    files = json_files(results.resolve() if results else root / "results", root, gpu_name)   # read once
+    everything = all_json_files(results.resolve() if results else root / "results", root)   # read once
+    files = on_gpu(everything, gpu_name)
     if results is not None and not any(is_bench_run(d) or _is_layers(d) for _, d in files):
         raise ScorecardError(f"{results} holds no benchmark JSON measured on the {gpu_name.upper()} "
                              "(scripts/gpu/bench_kernels.py or bench_layers.py output)")
@@ -687,7 +699,7 @@ def report(root: Path = ROOT, ops: list[str] | None = None, results: Path | None
     if not cards and not layers:
         raise ScorecardError("nothing to judge: no promoted kernel in kernels_generated/promoted.json and no per-layer benchmark")
     covers = {c.op: c for c in coverages(root, ops)}
-    others = {g: scorecards(root, results.resolve() if results else None, ops, gpu_name=g)
+    others = {g: scorecards(root, ops=ops, files=on_gpu(everything, g), gpu_name=g)
               for g in GPUS if g != gpu_name} if any(not c.measured for c in cards) else {}
     elsewhere = measured_elsewhere(cards, others)
     if as_json:

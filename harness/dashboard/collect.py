@@ -38,8 +38,7 @@ def collect(root: Path) -> SiteData:
     for extra in sorted(p.name for p in (root / "kernels_generated").glob("*") if p.is_dir()):
         if extra not in reference_impls.OP_NAMES and not extra.startswith("."):
             warnings.append(f"kernels_generated/{extra}: not an op of the catalogue (ignored)")
-    cards, layers = _benchmarks(root, warnings)
-    others = [GpuBenchmarks(g, *found) for g in _other_gpus() if any(found := _benchmarks(root, warnings, g))]
+    cards, layers, others = _benchmarks(root, warnings)
     return SiteData(root=str(root), generated_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                     ops=ops, runs=runs, history=history, history_note=note, warnings=warnings,
                     benchmarks=cards, layer_tables=layers, coverage=_coverage(root, cards, warnings),
@@ -78,31 +77,29 @@ def _ledgers(root: Path, ops, warnings: list[str]) -> dict[str, list[Any]]:
     return out
 
 
-def _other_gpus() -> list[str]:
-    from .. import scorecard
-
-    return [g for g in scorecard.GPUS if g != scorecard.DEFAULT_GPU]
-
-
-def _benchmarks(root: Path, warnings: list[str], gpu_name: str = "h200") -> tuple[list[Any], list[Any]]:
-    """The scorecard of the committed benchmark runs on `gpu_name` under results/ (harness.scorecard):
-    one card per promoted op, one per-layer table per model config and context; for a card other than
-    the H200, nothing unless some run on it measured a promoted kernel or a layer. A root without
-    results/ has none; a run that cannot be read becomes a warning, not a failed build."""
+def _benchmarks(root: Path, warnings: list[str]) -> tuple[list[Any], list[Any], list[GpuBenchmarks]]:
+    """The scorecards of the committed benchmark runs under results/ (harness.scorecard), the files
+    read once: the H200's cards (one per promoted kernel) and per-layer tables (one per model config
+    and context), then one GpuBenchmarks per other card whose runs measured a promoted kernel or a
+    layer. A root without results/ has none; a run that cannot be read becomes a warning, not a
+    failed build."""
     if not (root / "results").is_dir():
-        return [], []
+        return [], [], []
     from .. import scorecard
 
     try:
-        files = scorecard.json_files(root / "results", root, gpu_name)
-        cards = scorecard.scorecards(root, files=files, gpu_name=gpu_name)
-        layers = scorecard.layer_tables(root, files=files, gpu_name=gpu_name)
+        everything = scorecard.all_json_files(root / "results", root)
+        by_gpu = {}
+        for g in scorecard.GPUS:
+            files = scorecard.on_gpu(everything, g)
+            by_gpu[g] = (scorecard.scorecards(root, files=files, gpu_name=g),
+                         scorecard.layer_tables(root, files=files, gpu_name=g))
     except Exception as exc:  # noqa: BLE001 - the other pages still build; the reviewer sees why this one is empty
-        warnings.append(f"benchmarks: the {gpu_name.upper()} scorecard of results/ failed: {type(exc).__name__}: {exc}")
-        return [], []
-    if gpu_name != scorecard.DEFAULT_GPU and not layers and not any(c.measured for c in cards):
-        return [], []
-    return cards, layers
+        warnings.append(f"benchmarks: the scorecard of results/ failed: {type(exc).__name__}: {exc}")
+        return [], [], []
+    cards, layers = by_gpu.pop(scorecard.DEFAULT_GPU)
+    others = [GpuBenchmarks(g, c, t) for g, (c, t) in by_gpu.items() if t or any(card.measured for card in c)]
+    return cards, layers, others
 
 
 def _manifest(root: Path, warnings: list[str]) -> tuple[dict[str, str], set[str]]:

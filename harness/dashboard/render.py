@@ -210,7 +210,8 @@ def render_site(data: SiteData, out_dir: Path, live: bool = False) -> BuildResul
     page("index.html", "overview.html.j2", title="Overview")
     page("history.html", "history.html.j2", title="Promotion history")
     page("runs.html", "runs.html.j2", title="Agent runs")
-    gpus = [("h200", "benchmarks.html", data.benchmarks)] + [(g.gpu, benchmarks_page(g.gpu), g.benchmarks)
+    main_gpu = _scorecard().DEFAULT_GPU                             # benchmarks.html: the card
+    gpus = [(main_gpu, "benchmarks.html", data.benchmarks)] + [(g.gpu, benchmarks_page(g.gpu), g.benchmarks)
                                                              for g in data.other_gpus]
     href = {g: h for g, h, _ in gpus}
 
@@ -219,7 +220,7 @@ def render_site(data: SiteData, out_dir: Path, live: bool = False) -> BuildResul
         page(name, "benchmarks.html.j2", title=title, gpu=gpu_name, gpus=gpus, href=href, cards=cards,
              layers=layers, elsewhere=elsewhere)
 
-    bench_page("benchmarks.html", "Benchmarks", "h200", data.benchmarks, data.layer_tables)
+    bench_page("benchmarks.html", "Benchmarks", main_gpu, data.benchmarks, data.layer_tables)
     for g in data.other_gpus:
         bench_page(benchmarks_page(g.gpu), f"Benchmarks ({g.gpu.upper()})", g.gpu, g.benchmarks, g.layer_tables)
     for r in data.runs:

@@ -133,7 +133,7 @@ def in_scope(cand: dict, point: Point) -> bool:
 
 
 # torch's own fast path for an op, timed next to the reference (the bar some kernels must beat)
-BASELINES = {"skinny_gemm": ("cublas", lambda x, weight: x @ weight.t())}
+BASELINES = {"skinny_gemm": ("cublas", lambda x, weight, shape: x @ weight.t())}   # every bar takes the point's shape
 
 
 UNFUSED = "unfused"     # gemm_situ_and_mul's bar column (runs before session 52: "cublas+situ")
@@ -411,11 +411,10 @@ def bench_op(op: str, points: list[Point], arch: str, bw: float, use_compile: bo
             impls["compile"] = lambda i, s=sets, o=outs: compiled_ref(s[i], o[i])
         if copy_floor:
             row["copy_bytes"] = 8 * copy_elems(row["min_bytes"])
-        if baseline is not None and hasattr(baseline[1], "ran"):       # the unfused bar routes by shape
+        if baseline is not None:
             impls[baseline[0]] = lambda i, s=sets, f=baseline[1], sh=point.shape: f(**s[i], shape=sh)
-            row["bar"] = baseline[1].ran(**sets[0], shape=point.shape)
-        elif baseline is not None:
-            impls[baseline[0]] = lambda i, s=sets, f=baseline[1]: f(**s[i])
+            if hasattr(baseline[1], "ran"):                          # a bar that routes: name what ran
+                row["bar"] = baseline[1].ran(**sets[0], shape=point.shape)
         for label, (mod, cache) in loaded.items():
             info = rec["candidates"][label]
             if not in_scope(by_label[label], point):

@@ -62,7 +62,7 @@ def bench_step(name: str, entries: list[dict]) -> Step | None:
     batches = [b for b in SWEEP_BATCHES if any(e["scope"]["batch"][0] <= b <= e["scope"]["batch"][1] for e in mine)]
     argv = [sys.executable, "scripts/gpu/bench_kernels.py", *FLAGS, "--ops", ",".join(ops),
             "--tps", ",".join(map(str, tps)), "--batches", ",".join(map(str, batches))]
-    if any(e["scope"].get("shapes") == [] and _named_shapes(e["op"]) for e in mine):
+    if any(e["scope"].get("shapes") == [] and _shape_names(e["op"]) for e in mine):
         argv += ["--shapes", "all"]                    # a kernel for every shape of its op
     elif shapes := sorted({s for e in mine for s in e["scope"].get("shapes", [])}):
         argv += ["--shapes", ",".join(shapes)]
@@ -72,11 +72,11 @@ def bench_step(name: str, entries: list[dict]) -> Step | None:
     return Step(name, argv, LIMIT_S[name], f"bench_kernels_{'-'.join(ops)}.json", f"bench_promoted_{name}.json")
 
 
-def _named_shapes(op: str) -> list[str]:
+def _shape_names(op: str) -> list[str]:
     import reference_impls
+    from harness.scorecard import shape_names
 
-    names = reference_impls.get(op).extra.get("shape_names", ())
-    return list(names) if isinstance(names, (list, tuple)) else []
+    return shape_names(reference_impls.get(op))
 
 
 def plan(entries: list[dict], only: tuple[str, ...] = STEPS) -> list[Step]:
