@@ -1,6 +1,7 @@
-"""scripts/gpu/cover_gemms.sh: the next device call's GEMM-coverage bench. Its candidate ids are
-hard-coded (the bench names them); these tests keep them equal to what its render step makes, so a
-template change shows up here and not as a refused device call."""
+"""scripts/gpu/cover_gemms.sh: the device calls of the GEMM-coverage bench. Each plan
+(scripts/gpu/cover_plans/) lists its renders with the ids they must come out as (the bench names
+them); these tests keep them equal to what the render step makes, so a template change shows up
+here and not as a refused device call."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts/gpu/cover_gemms.sh"
+PLANS = ROOT / "scripts/gpu/cover_plans"
+ROUND1 = str(PLANS / "round1.sh")
+ROUND2 = str(PLANS / "round2.sh")
 
 
 def _run(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
@@ -19,13 +23,13 @@ def _run(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProces
 
 
 def test_render_makes_exactly_the_folders_bench_times(tmp_path):
-    r = _run("render", RENDER_ROOT=str(tmp_path))
+    r = _run("render", RENDER_ROOT=str(tmp_path), COVER_PLAN=ROUND1)
     assert r.returncode == 0, r.stderr
     ids = r.stdout.split()                              # four skinny_gemm renders, then three gemm_situ_and_mul
     made = {f"{p.parent.name}/{p.name}" for p in tmp_path.glob("*/*") if p.is_dir()}
     assert made == {f"skinny_gemm/{i}" for i in ids[:4]} | {f"gemm_situ_and_mul/{i}" for i in ids[4:]}
     assert len(made) == 7
-    assert _run("missing", RENDER_ROOT=str(tmp_path)).stdout == ""      # the hard-coded ids are these
+    assert _run("missing", RENDER_ROOT=str(tmp_path), COVER_PLAN=ROUND1).stdout == ""   # the plan's ids are these
     skinny = json.loads((tmp_path / "skinny_gemm" / ids[0] / "candidate.json").read_text())
     assert len(skinny["scope"]["shapes"]) == 10 and skinny["scope"]["batch"] == [1, 8]
     assert not {"latent_down", "latent_up", "mla_qkv_a"} & set(skinny["scope"]["shapes"])   # promoted kernels run those
@@ -33,8 +37,44 @@ def test_render_makes_exactly_the_folders_bench_times(tmp_path):
     assert situ["scope"]["shapes"] == ["dense_gate_up"]
 
 
+def test_round2_renders_only_the_uncovered_shapes_and_the_default_plan_is_the_newest(tmp_path):
+    """Round 2 (session 53): thirteen skinny renders of 268009 at the four shapes still on cuBLAS,
+    none of them a study outside the space; with no COVER_PLAN the newest round runs."""
+    r = _run("render", RENDER_ROOT=str(tmp_path), COVER_PLAN=ROUND2)
+    assert r.returncode == 0, r.stderr
+    ids = r.stdout.split()
+    assert len(ids) == len(set(ids)) == 13
+    assert sorted(p.name for p in (tmp_path / "skinny_gemm").iterdir()) == sorted(ids)
+    assert not (tmp_path / "gemm_situ_and_mul").exists()
+    from harness.agent.families import load_family
+
+    family = load_family(ROOT / "prompts/kernels/skinny_gemm/swapab.py.j2", "skinny_gemm")
+    params = []
+    for i in ids:
+        cand = json.loads((tmp_path / "skinny_gemm" / i / "candidate.json").read_text())
+        assert cand["scope"]["shapes"] == ["kda_o_proj", "mla_o_proj", "mla_q_b", "dense_down"]
+        assert cand["scope"]["batch"] == [1, 8]
+        tpl = cand["provenance"]["template"]
+        assert tpl["family"] == "swapab" and family.feasible(tpl["params"])     # proposable, not a study
+        params.append(json.dumps(tpl["params"], sort_keys=True))
+    assert len(set(params)) == 13                                       # no two renders alike
+    default = _run("missing", RENDER_ROOT=str(tmp_path))
+    assert default.returncode == 0 and default.stdout == ""             # round 2's ids, all there
+
+
+def test_a_render_whose_id_changed_stops_the_plan(tmp_path):
+    """A plan id that no longer matches its render (a template changed) stops render, naming both."""
+    plan = tmp_path / "plan.sh"
+    plan.write_text('SKINNY_SHAPES=mla_q_b\nRENDERS=("skinny_gemm 000000000000 268009 --set warps=2")\n')
+    r = _run("render", RENDER_ROOT=str(tmp_path / "out"), COVER_PLAN=str(plan))
+    assert r.returncode == 3 and "not the plan's 000000000000: a template changed" in r.stderr
+    plan.write_text('RENDERS=("moe_router 000000000000 876e93")\n')
+    r = _run("render", RENDER_ROOT=str(tmp_path / "out"), COVER_PLAN=str(plan))
+    assert r.returncode == 2 and "renders an op it cannot bench: moe_router" in r.stderr
+
+
 def test_bench_refuses_before_any_gpu_work_without_its_candidates(tmp_path):
-    r = _run("bench", cwd=tmp_path, OUT=str(tmp_path))
+    r = _run("bench", cwd=tmp_path, OUT=str(tmp_path), COVER_PLAN=ROUND1)
     assert r.returncode == 2 and "no candidate folder for skinny_gemm/ee9e383345ca" in r.stderr
     assert "render' here first" in r.stderr and list(tmp_path.iterdir()) == []
     r = _run("bench", RENDER_ROOT=str(tmp_path), OUT=str(tmp_path))

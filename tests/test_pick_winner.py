@@ -123,6 +123,11 @@ def test_propose_gives_each_won_shape_and_tp_its_best_candidate(pw):
          "scope": {"tp": [16], "batch": [1, 8], "shapes": ["g1"]}}]
     assert entries[0]["params"] is not tpl["params"]           # a copy, not the bench record's dict
     assert pw.propose(rec, "skinny_gemm", "cublas", 2.5) == []                  # "skip" alone is 2x
+    # "shape@tp" leaves one TP out: g1 at TP16 (s:b's only win) goes, g1 at TP8 stays with s:a
+    one_tp = pw.propose(rec, "skinny_gemm", "cublas", 1.05, exclude_shapes=("skip", "g1@16"))
+    assert [(e["label"], e["scope"]) for e in one_tp] == [
+        ("aaa000_cover_tp8", {"tp": [8], "batch": [1, 8], "shapes": ["g1"]}),
+        ("aaa000_cover_tp8_16", {"batch": [1, 8], "shapes": ["g2"]})]
 
 
 def test_propose_on_session33_reproduces_268009s_promoted_scope(pw):

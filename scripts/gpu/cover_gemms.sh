@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The GEMMs no promoted kernel runs (session 47's coverage finding): skinny_gemm at the ten per-rank
-# shapes outside 268009's and c8b7a7's scopes, and gemm_situ_and_mul at dense_gate_up. One device
-# call times scoped renders of the promoted kernels there against what runs today (cuBLAS; for the
-# fused op cuBLAS then the SiTU reference) and proposes the human candidates that win.
+# The GEMMs no promoted kernel runs: one device call times renders of the promoted kernels there
+# against what runs today (cuBLAS; for the fused op cuBLAS then the SiTU reference) and proposes the
+# human candidates that win. What to render is a plan (COVER_PLAN, default the newest round in
+# scripts/gpu/cover_plans/): its shapes and its renders, each with the id it must come out as.
 #
-#   here:    bash scripts/gpu/cover_gemms.sh render        # the seven scratch candidates (untracked)
+#   here:    bash scripts/gpu/cover_gemms.sh render        # the plan's scratch candidates (untracked)
 #            bash scripts/gpu/slim_tree.sh on results docs 'kernels_generated/*/*/evidence/*'
-#   device:  carry [".device"] (the bench needs no .whl; slimmed with the seven renders, 60.3 MiB of 64):
+#   device:  carry [".device"] (the bench needs no .whl):
 #            source scripts/gpu/setup.sh && export HARNESS_CACHE=/tmp/k3c && export OUT && \
 #              bash scripts/gpu/cover_gemms.sh bench
 #   device:  call 2, within the warm machine's idle window (seconds) after call 1, carry [".device", ".whl"]:
@@ -19,48 +19,50 @@
 #            $OUT/new_ids.txt, $OUT/human_candidates.json. Saves a cold start: a machine goes back
 #            after ~30 s idle, so the commit below could not happen between the two calls.
 #   here:    bash scripts/gpu/slim_tree.sh off; copy FILES_AT/* to results/<card: h200, h100>/<session>/;
-#            python scripts/gpu/pick_winner.py <that>/bench_cover_skinny.json skinny_gemm cublas \
-#              --per-shape --propose --exclude-shapes shared_gate_up --write prompts/kernels/human_candidates.json
-#            (the same for bench_cover_gemm_situ.json, gemm_situ_and_mul, "unfused": "cublas+situ"
-#            in runs before session 52), then
-#            python prompts/kernels/render_human.py --op skinny_gemm, commit, and gate the new
+#            COVER_DIR=<that> bash scripts/gpu/cover_gemms.sh propose (pick_winner.py's per-shape
+#            proposal against cuBLAS, or the unfused pair for gemm_situ_and_mul, appended to
+#            prompts/kernels/human_candidates.json and rendered), commit, and gate the new
 #            candidates (PHASE=perf, then PHASE=checks: scripts/gpu/regate.sh's header).
 #
-# The renders (ids hash kernel.py and scope, so the same commands give the same folders):
-#   skinny_gemm at the ten shapes, B 1..8, TP 8/16 (docs/HISTORY.md, session 47):
-#     ee9e38 268009's params; 714b8a max_cluster 4; aa998e 268009's ALT plan as the main plan
-#     (w4 u8 t396 cl8 ring); a4310c c8b7a7's 16-warp plan for all ten (outside the space).
-#   gemm_situ_and_mul at dense_gate_up, B 1..8, TP 8/16 (session 48):
-#     8a4514 497382's params (w2 u4 t528 cl8 ring bulk tma); f2a104 no cluster (w8 u8 t264);
-#     ce2ec1 497382's ALT plan as the main plan (w4 u8 t264 cl4 ring bulk tma).
-# Compile times on the H200 are ~1.2 s a (candidate, shape, TP) (session 33), so the skinny step's
-# 80 compiles take under two minutes; its 40 timed points the rest.
-# RENDER_ROOT: where render writes and missing looks (default kernels_generated, where bench looks; tests use
-# a scratch root); PYTHON: the interpreter (default python3).
+# Compile times on the H200 are ~1.2 s a (candidate, shape, TP) (session 33); a plan's bench
+# compiles renders x shapes x TPs of them.
+# COVER_PLAN: the plan file; RENDER_ROOT: where render writes and missing looks (default
+# kernels_generated, where bench looks; tests use a scratch root); PYTHON: the interpreter (default python3).
 set -uo pipefail
 PY=${PYTHON:-python3}
 ROOT_DIR=${RENDER_ROOT:-kernels_generated}
 COVER_DIR=${COVER_DIR:-/tmp/cover}    # bench copies its JSONs here; propose and gate read them (call 2)
-SKINNY_SHAPES=kda_in_proj,kda_f_b,kda_o_proj,mla_q_b,mla_g_proj,mla_o_proj,shared_gate_up,shared_down,dense_gate_up,dense_down
-SKINNY_IDS=(ee9e383345ca 714b8ad29be3 aa998eebb59c a4310c441db5)
-SITU_IDS=(8a451464ad6f f2a104e5af12 ce2ec19d6e81)
+PLAN=${COVER_PLAN:-$(ls "$(dirname "$0")"/cover_plans/round*.sh | sort -V | tail -1)}
+SKINNY_SHAPES='' SKINNY_EXCLUDE='' SKINNY_TPS=8,16 SITU_SHAPES='' RENDERS=()
+# shellcheck disable=SC1090
+source "$PLAN" || { echo "cover_gemms.sh: cannot read the plan $PLAN" >&2; exit 2; }
+SKINNY_IDS=() SITU_IDS=()
+for r in "${RENDERS[@]}"; do
+  read -r op id _ <<< "$r"
+  case $op in
+    skinny_gemm) SKINNY_IDS+=("$id") ;;
+    gemm_situ_and_mul) SITU_IDS+=("$id") ;;
+    *) echo "cover_gemms.sh: $PLAN renders an op it cannot bench: $op" >&2; exit 2 ;;
+  esac
+done
 
-render() (            # a subshell: the first failing render ends it, non-zero
+render() (            # a subshell: the first failing render ends it, non-zero; prints the ids
   set -e
-  local sh
-  sh="shapes=$("$PY" -c "import json,sys; print(json.dumps(sys.argv[1].split(',')))" "$SKINNY_SHAPES")"
-  rv() { "$PY" scripts/render_variant.py "$@" --out "$ROOT_DIR"; }
-  rv skinny_gemm 268009 --scope "$sh"
-  rv skinny_gemm 268009 --set max_cluster=4 --scope "$sh"
-  rv skinny_gemm 268009 --set max_cluster=8 --set ring=true --set warps=4 --set unroll=8 --set ctas_target=396 \
-    --scope "$sh"
-  rv skinny_gemm 268009 --outside-space --set "alt_shapes=$SKINNY_SHAPES" --set alt_warps=16 --set alt_unroll=6 \
-    --set alt_ctas_target=396 --set alt_max_cluster=1 --set alt_ring=false --scope "$sh"
-  rv gemm_situ_and_mul 497382 --scope 'shapes=["dense_gate_up"]'
-  rv gemm_situ_and_mul 497382 --set max_cluster=1 --set warps=8 --set unroll=8 --set ring=false --set bulk=false \
-    --set tma=false --set ctas_target=264 --scope 'shapes=["dense_gate_up"]'
-  rv gemm_situ_and_mul 497382 --set warps=4 --set unroll=8 --set ctas_target=264 --set max_cluster=4 --set ring=true \
-    --scope 'shapes=["dense_gate_up"]'
+  local r op id base shapes got
+  for r in "${RENDERS[@]}"; do
+    read -r op id base args <<< "$r"
+    shapes=$SKINNY_SHAPES
+    [ "$op" = gemm_situ_and_mul ] && shapes=$SITU_SHAPES
+    shapes="shapes=$("$PY" -c "import json,sys; print(json.dumps(sys.argv[1].split(',')))" "$shapes")"
+    # shellcheck disable=SC2086
+    got=$("$PY" scripts/render_variant.py "$op" "$base" $args --scope "$shapes" --out "$ROOT_DIR")
+    if [ "$got" != "$id" ]; then
+      echo "cover_gemms.sh: $op $base $args rendered $got, not the plan's $id: a template changed;" \
+           "update $PLAN" >&2
+      exit 3
+    fi
+    echo "$id"
+  done
 )
 
 missing() {            # the expected folders a render has not made (a stale id means a template changed)
@@ -86,14 +88,19 @@ bench() {
   step() { local name=$1 limit=$2; shift 2; echo "== $(date -u +%T) $name"
            timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "   rc=$? $(tail -1 "$OUT/$name.log")"; }
   nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$OUT/gpu.txt" 2>&1
-  step bench_cover_skinny 400 "$PY" scripts/gpu/bench_kernels.py --ops skinny_gemm --tps 8,16 --batches 1,8 \
-    --shapes "$SKINNY_SHAPES" --candidates "$(prefixes "${SKINNY_IDS[@]}")" \
-    --no-compile-baseline --no-eager --rounds 3 --step-deadline-s 90
-  mv "$OUT/bench_kernels_skinny_gemm.json" "$OUT/bench_cover_skinny.json" 2>/dev/null
-  step bench_cover_gemm_situ 110 "$PY" scripts/gpu/bench_kernels.py --ops gemm_situ_and_mul --tps 8,16 \
-    --batches 1,8 --shapes dense_gate_up --candidates "$(prefixes "${SITU_IDS[@]}")" \
-    --no-compile-baseline --no-eager --rounds 3 --step-deadline-s 60
-  mv "$OUT/bench_kernels_gemm_situ_and_mul.json" "$OUT/bench_cover_gemm_situ.json" 2>/dev/null
+  echo "plan: $PLAN (${#SKINNY_IDS[@]} skinny_gemm renders, ${#SITU_IDS[@]} gemm_situ_and_mul)"
+  if [ ${#SKINNY_IDS[@]} -gt 0 ]; then
+    step bench_cover_skinny 400 "$PY" scripts/gpu/bench_kernels.py --ops skinny_gemm --tps "$SKINNY_TPS" \
+      --batches 1,8 --shapes "$SKINNY_SHAPES" --candidates "$(prefixes "${SKINNY_IDS[@]}")" \
+      --no-compile-baseline --no-eager --rounds 3 --step-deadline-s 90
+    mv "$OUT/bench_kernels_skinny_gemm.json" "$OUT/bench_cover_skinny.json" 2>/dev/null
+  fi
+  if [ ${#SITU_IDS[@]} -gt 0 ]; then
+    step bench_cover_gemm_situ 110 "$PY" scripts/gpu/bench_kernels.py --ops gemm_situ_and_mul --tps 8,16 \
+      --batches 1,8 --shapes "$SITU_SHAPES" --candidates "$(prefixes "${SITU_IDS[@]}")" \
+      --no-compile-baseline --no-eager --rounds 3 --step-deadline-s 60
+    mv "$OUT/bench_kernels_gemm_situ_and_mul.json" "$OUT/bench_cover_gemm_situ.json" 2>/dev/null
+  fi
   mkdir -p "$COVER_DIR" && cp "$OUT"/bench_cover_*.json "$COVER_DIR"/ 2>/dev/null   # for gate, call 2
   winners "$OUT" > "$OUT/propose.txt" 2>&1
   cat "$OUT/propose.txt"
@@ -104,7 +111,7 @@ winners() {            # pick_winner's proposal from the bench JSONs in $1 (extr
   local dir=$1; shift
   if [ -f "$dir/bench_cover_skinny.json" ]; then
     "$PY" scripts/gpu/pick_winner.py "$dir/bench_cover_skinny.json" skinny_gemm cublas --per-shape --propose \
-      --exclude-shapes shared_gate_up "$@" || return
+      --exclude-shapes "$SKINNY_EXCLUDE" "$@" || return
   fi
   if [ -f "$dir/bench_cover_gemm_situ.json" ]; then
     local bar=unfused                    # bench_kernels.py's bar column; "cublas+situ" before session 52

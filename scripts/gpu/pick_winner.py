@@ -17,8 +17,9 @@ over the incumbent across the batches, then per candidate the shapes where it is
 --propose (with --per-shape): at each (shape, TP) the candidate with the best geometric mean over
 the batches among those that win there, grouped into human-candidate entries (one per candidate
 and TP set: its family and params from the bench JSON, the shapes it was given, the benchmarked
-batch range) printed as JSON. --exclude-shapes leaves shapes out (skinny_gemm's shared_gate_up:
-the fused gemm_situ_and_mul runs there). A candidate whose params lie outside its family's
+batch range) printed as JSON. --exclude-shapes leaves shapes out: a name at every TP (skinny_gemm's
+shared_gate_up: the fused gemm_situ_and_mul runs there), "shape@tp" at one (a point a promoted
+kernel already covers). A candidate whose params lie outside its family's
 declared space (a render_variant.py --outside-space study) is never proposed: its points go to the
 best of the others, and stderr names what it won. --write FILE (prompts/kernels/human_candidates.json) also
 appends them there, each checked first against its family's declared space and scope; then
@@ -120,14 +121,15 @@ def propose(rec: dict, op: str, incumbent: str, shape_min: float = 1.05,
     every batch: each such point goes to the winner with the best geometric mean there, and each
     candidate's points become one entry per set of TPs (a scope is TPs x shapes). The batch range
     is the benchmarked one. Entries keep the bench's family and params; the label names the source
-    candidate and the TPs. speedups: as for per_shape. exclude_labels: candidates never proposed
-    (outside_space's studies), so their points go to the best of the others."""
+    candidate and the TPs. speedups: as for per_shape. exclude_shapes: "shape" (every TP) or
+    "shape@tp" (that TP only). exclude_labels: candidates never proposed (outside_space's
+    studies), so their points go to the best of the others."""
     if speedups is None:
         speedups = shape_speedups(rec, incumbent)
     best: dict[tuple[str, int], str] = {}
     batches_at: dict[tuple[str, int], list[int]] = {}
     for (shape, tp), (batches, by_label) in speedups.items():
-        if shape in exclude_shapes:
+        if shape in exclude_shapes or f"{shape}@{tp}" in exclude_shapes:
             continue
         won = {lb: geomean(r) for lb, r in by_label.items()
                if r is not None and min(r) >= shape_min and lb not in exclude_labels}
@@ -260,7 +262,8 @@ def main() -> None:
     ap.add_argument("--shape-min", type=float, default=1.05)
     ap.add_argument("--propose", action="store_true", help="with --per-shape: print the human-candidate "
                     "entries (JSON) that give each won (shape, TP) its best candidate")
-    ap.add_argument("--exclude-shapes", default="", help="comma list of shapes --propose leaves out")
+    ap.add_argument("--exclude-shapes", default="", help="comma list of shapes --propose leaves out, "
+                    "each 'shape' (every TP) or 'shape@tp'")
     ap.add_argument("--write", type=Path, default=None, help="with --propose: also append the entries to this "
                     "human_candidates.json (checked against each family's space and scope first)")
     a = ap.parse_args()
