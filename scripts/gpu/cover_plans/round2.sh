@@ -9,8 +9,9 @@
 # (dense_gate_up TP8 is left out: cuBLAS there is within 1.5% of the copy.)
 # Round 1's renders were 268009's 8 warps, whose chunked small kernel holds 150 registers: one CTA an
 # SM, so N = 7168's 448 CTAs run in 3.4 waves (aa998e's 4-warp ring, 54 registers, all resident, came
-# closest). These renders keep every CTA resident (ptxas registers for sm_90a, harness compile) and
-# vary how each warp's bytes stay in flight: 2 or 4 warps, the ring or the chunked loop, bulk copies,
+# closest). These renders keep every CTA resident (all but 1a29f0 at dense_down: 1.7 waves; from
+# scripts/swapab_residency.py, sm_90a registers) and vary how each warp's bytes stay in flight:
+# 2 or 4 warps, the ring or the chunked loop, bulk copies,
 # 2- and 4-CTA K splits (896 CTAs: 6.8 a SM instead of 448's 3.4, so the SMs end closer together).
 #
 # RENDERS: "op id base render_variant.py-args" (see round1.sh).
