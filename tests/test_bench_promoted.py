@@ -88,3 +88,17 @@ def test_each_step_runs_under_its_own_limit_and_keeps_what_it_wrote(bp, tmp_path
     assert bp.run(steps, tmp_path) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench_promoted_slow.log", "bench_promoted_x.json",
                                                           "bench_promoted_x.log"]
+
+
+def test_skip_points_leaves_out_one_shape_at_one_tp(bench):
+    """bench_kernels.py --skip-points (a cover bench's points a promoted kernel already runs): the
+    named shape@tp goes, the same shape at the other TP stays; a bad entry is a one-line error."""
+    defn = reference_impls.get("skinny_gemm")
+    skip = bench.parse_skip_points("kda_o_proj@16,mla_q_b@16")
+    points = bench.op_points(defn, [1, 8], [8, 16], ["kda_o_proj", "mla_q_b", "dense_down"], [], skip)
+    assert {(p.shape, p.tp) for p in points} == {("kda_o_proj", 8), ("mla_q_b", 8), ("dense_down", 8),
+                                                  ("dense_down", 16)}
+    assert len(points) == 8                                             # each at B 1 and 8
+    for bad in ("kda_o_proj", "nope@8", "kda_o_proj@x"):
+        with pytest.raises(SystemExit, match="shape@tp entries of known shapes"):
+            bench.parse_skip_points(bad)

@@ -326,10 +326,13 @@ def rotated_sets(defn, point: Point, max_copies: int = timing.MAX_COPIES) -> tup
     return sets, outs
 
 
-def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state_dtypes: list[str]) -> list[Point]:
+def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state_dtypes: list[str],
+              skip: tuple[str, ...] = ()) -> list[Point]:
     """TP x shape x state dtype x B; shapes only for ops with named shapes, state dtypes only where
     the op has more than one. --shapes may mix several ops' names (latent_down,nb1): each op takes
-    its own, or its default shape when none is its own; a name no op knows is an error."""
+    its own, or its default shape when none is its own; a name no op knows is an error. skip:
+    "shape@tp" entries (--skip-points) whose points are left out (a cover bench leaves the points a
+    promoted kernel already runs)."""
     names = shape_names(defn)
     every = {s for d in reference_impls.all_ops() for s in shape_names(d)}
     unknown = [s for s in shapes if s not in every and s != "all"]
@@ -343,7 +346,18 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
     # ops with one state dtype keep Point's default; a wanted dtype the op lacks is skipped
     sts = [s for s in state_dtypes if s in defn.state_dtypes] if len(defn.state_dtypes) > 1 else []
     return [with_state_dtype(Point(batch=b, tp=tp, shape=sh), st)
-            for tp in tps for sh in shp for st in (sts or [""]) for b in batches]
+            for tp in tps for sh in shp if f"{sh}@{tp}" not in skip for st in (sts or [""]) for b in batches]
+
+
+def parse_skip_points(text: str) -> tuple[str, ...]:
+    """--skip-points "kda_o_proj@16,mla_q_b@16" -> its entries, each a known shape name @ a TP."""
+    every = {s for d in reference_impls.all_ops() for s in shape_names(d)}
+    out = tuple(e for e in text.split(",") if e)
+    for e in out:
+        shape, _, tp = e.partition("@")
+        if shape not in every or not tp.isdigit():
+            raise SystemExit(f"bench_kernels: --skip-points takes shape@tp entries of known shapes, not {e!r}")
+    return out
 
 
 def with_state_dtype(point: Point, state_dtype: str) -> Point:
@@ -539,6 +553,7 @@ def main() -> None:
                                                  "skinny_gemm's GEMMs, attn_res's nb1..nb8; default: each op's "
                                                  "default shape (latent_down, nb8)")
     ap.add_argument("--state-dtypes", default="fp32,bf16", help="state dtypes of ops with several")
+    ap.add_argument("--skip-points", default="", help="comma list of shape@tp whose points are not benched")
     ap.add_argument("--candidates", default="", help="only candidates whose id starts with one of these")
     ap.add_argument("--no-launch-floor", action="store_true", help="skip timing the empty-kernel launch floor")
     ap.add_argument("--no-copy-floor", action="store_true",
@@ -555,6 +570,7 @@ def main() -> None:
     if args.eager_copies < 0:
         ap.error(f"--eager-copies must be 0 (as many as the kernels) or more, not {args.eager_copies}")
     only = tuple(c for c in args.candidates.split(",") if c)
+    skip = parse_skip_points(args.skip_points)
     arch = arch_of_device()
     os.environ.setdefault("CUTE_DSL_ARCH", arch)
     import torch._dynamo
@@ -585,7 +601,8 @@ def main() -> None:
         try:
             defn = reference_impls.get(op)
             points = op_points(defn, [int(b) for b in args.batches.split(",")], [int(t) for t in args.tps.split(",")],
-                               [s for s in args.shapes.split(",") if s], [s for s in args.state_dtypes.split(",") if s])
+                               [s for s in args.shapes.split(",") if s], [s for s in args.state_dtypes.split(",") if s],
+                               skip)
             def partial(r: dict, op: str = op) -> None:      # the points so far survive a hang
                 result["ops"][op] = r
                 out_file.write_text(json.dumps(result, indent=1, default=str))

@@ -33,7 +33,7 @@ PY=${PYTHON:-python3}
 ROOT_DIR=${RENDER_ROOT:-kernels_generated}
 COVER_DIR=${COVER_DIR:-/tmp/cover}    # bench copies its JSONs here; propose and gate read them (call 2)
 PLAN=${COVER_PLAN:-$(ls "$(dirname "$0")"/cover_plans/round*.sh | sort -V | tail -1)}
-SKINNY_SHAPES='' SKINNY_EXCLUDE='' SKINNY_TPS=8,16 SITU_SHAPES='' RENDERS=()
+SKINNY_SHAPES='' SKINNY_EXCLUDE='' SKINNY_SKIP='' SKINNY_TPS=8,16 SITU_SHAPES='' RENDERS=()
 # shellcheck disable=SC1090
 source "$PLAN" || { echo "cover_gemms.sh: cannot read the plan $PLAN" >&2; exit 2; }
 SKINNY_IDS=() SITU_IDS=()
@@ -91,7 +91,8 @@ bench() {
   echo "plan: $PLAN (${#SKINNY_IDS[@]} skinny_gemm renders, ${#SITU_IDS[@]} gemm_situ_and_mul)"
   if [ ${#SKINNY_IDS[@]} -gt 0 ]; then
     step bench_cover_skinny 400 "$PY" scripts/gpu/bench_kernels.py --ops skinny_gemm --tps "$SKINNY_TPS" \
-      --batches 1,8 --shapes "$SKINNY_SHAPES" --candidates "$(prefixes "${SKINNY_IDS[@]}")" \
+      --batches 1,8 --shapes "$SKINNY_SHAPES" --skip-points "$SKINNY_SKIP" \
+      --candidates "$(prefixes "${SKINNY_IDS[@]}")" \
       --no-compile-baseline --no-eager --rounds 3 --step-deadline-s 90
     mv "$OUT/bench_kernels_skinny_gemm.json" "$OUT/bench_cover_skinny.json" 2>/dev/null
   fi

@@ -14,9 +14,11 @@
 # 2 or 4 warps, the ring or the chunked loop, bulk copies,
 # 2- and 4-CTA K splits (896 CTAs: 6.8 a SM instead of 448's 3.4, so the SMs end closer together).
 #
-# RENDERS: "op id base render_variant.py-args" (see round1.sh).
+# RENDERS: "op id base render_variant.py-args" (see round1.sh). SKINNY_EXCLUDE: the shapes (or
+# shape@tp points) pick_winner never proposes; SKINNY_SKIP: the shape@tp points the bench leaves out.
 SKINNY_SHAPES=kda_o_proj,mla_o_proj,mla_q_b,dense_down
-SKINNY_EXCLUDE=kda_o_proj@16,mla_o_proj@16,mla_q_b@16      # a87a4d and 892ca1 run there
+SKINNY_EXCLUDE=kda_o_proj@16,mla_o_proj@16,mla_q_b@16      # a87a4d and 892ca1 run there: not proposed,
+SKINNY_SKIP=$SKINNY_EXCLUDE                                 # nor benched
 RENDERS=(
   # round 1's closest (aa998e's params: w4 u8 t396 cl8 ring), the control
   "skinny_gemm 91b2a0cb8519 268009 --set max_cluster=8 --set ring=true --set warps=4 --set unroll=8 --set ctas_target=396"
