@@ -37,9 +37,9 @@ def test_render_makes_exactly_the_folders_bench_times(tmp_path):
     assert situ["scope"]["shapes"] == ["dense_gate_up"]
 
 
-def test_round2_renders_only_the_uncovered_shapes_and_the_default_plan_is_the_newest(tmp_path):
+def test_round2_renders_only_the_uncovered_shapes(tmp_path):
     """Round 2 (session 53): thirteen skinny renders of 268009 at the four shapes still on cuBLAS,
-    none of them a study outside the space; with no COVER_PLAN the newest round runs."""
+    none of them a study outside the space."""
     r = _run("render", RENDER_ROOT=str(tmp_path), COVER_PLAN=ROUND2)
     assert r.returncode == 0, r.stderr
     ids = r.stdout.split()
@@ -58,8 +58,17 @@ def test_round2_renders_only_the_uncovered_shapes_and_the_default_plan_is_the_ne
         assert tpl["family"] == "swapab" and family.feasible(tpl["params"])     # proposable, not a study
         params.append(json.dumps(tpl["params"], sort_keys=True))
     assert len(set(params)) == 13                                       # no two renders alike
-    default = _run("missing", RENDER_ROOT=str(tmp_path))
-    assert default.returncode == 0 and default.stdout == ""             # round 2's ids, all there
+
+
+def test_the_default_plan_is_the_newest_round():
+    """Without COVER_PLAN the highest round number runs (round10 after round9, not after round1)."""
+    def number(p: Path) -> int:
+        return int(p.stem.removeprefix("round"))
+
+    newest = max(PLANS.glob("round*.sh"), key=number)
+    r = _run("plan")
+    assert r.returncode == 0 and Path(r.stdout.strip()).resolve() == newest.resolve()
+    assert _run("plan", COVER_PLAN=ROUND1).stdout.strip() == ROUND1
 
 
 def test_a_render_whose_id_changed_stops_the_plan(tmp_path):

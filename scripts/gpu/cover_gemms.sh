@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The GEMMs no promoted kernel runs: one device call times renders of the promoted kernels there
-# against what runs today (cuBLAS; for the fused op cuBLAS then the SiTU reference) and proposes the
-# human candidates that win. What to render is a plan (COVER_PLAN, default the newest round in
+# against what runs today (cuBLAS; for the fused op the unfused pair, bench_kernels.py's "unfused"
+# bar) and proposes the human candidates that win. What to render is a plan (COVER_PLAN, default the newest round in
 # scripts/gpu/cover_plans/): its shapes and its renders, each with the id it must come out as.
 #
-#   here:    bash scripts/gpu/cover_gemms.sh render        # the plan's scratch candidates (untracked)
+#   here:    bash scripts/gpu/cover_gemms.sh plan          # which plan runs (COVER_PLAN or the newest)
+#            bash scripts/gpu/cover_gemms.sh render        # the plan's scratch candidates (untracked)
 #            bash scripts/gpu/slim_tree.sh on results docs 'kernels_generated/*/*/evidence/*'
 #   device:  carry [".device"] (the bench needs no .whl):
 #            source scripts/gpu/setup.sh && export HARNESS_CACHE=/tmp/k3c && export OUT && \
@@ -48,7 +49,7 @@ done
 
 render() (            # a subshell: the first failing render ends it, non-zero; prints the ids
   set -e
-  local r op id base shapes got
+  local r op id base args shapes got
   for r in "${RENDERS[@]}"; do
     read -r op id base args <<< "$r"
     shapes=$SKINNY_SHAPES
@@ -178,5 +179,6 @@ case "${1:-}" in
   propose) propose ;;
   perf-passed) perf_passed "${2:?a regate_perf.txt}" ;;
   gate) gate ;;
-  *) echo "usage: bash scripts/gpu/cover_gemms.sh render|bench|gate|propose|missing" >&2; exit 2 ;;
+  plan) echo "$PLAN" ;;
+  *) echo "usage: bash scripts/gpu/cover_gemms.sh render|bench|gate|propose|missing|plan" >&2; exit 2 ;;
 esac
