@@ -1,5 +1,5 @@
 """Before a GPU bench of swap-AB GEMM renders: each render's partition at its shapes, the small
-kernel's registers (ptxas, sm_90a, through `harness compile`), and how many of its CTAs an SM holds
+kernel's registers (ptxas, sm_90a, harness.toolchain.compile_matrix), and how many of its CTAs an SM holds
 at once, so renders whose grid cannot be resident in one wave are seen on the CPU.
 
     python scripts/swapab_residency.py kernels_generated/skinny_gemm/268009f21621 [FOLDER ...] [--tp 8] [--json]
@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -68,19 +67,22 @@ def load_kernel(folder: Path) -> ModuleType:
     return mod
 
 
-def small_kernel_registers(folder: Path, op: str, tp: int) -> dict[str, int | None]:
-    """{shape: registers of the B <= SMALL_M kernel} from `harness compile --json` at one TP (cached)."""
-    proc = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", "compile", op, str(folder), "--arch", "sm_90a",
-                           "--tp", str(tp), "--json"], capture_output=True, text=True, cwd=ROOT)
+def small_kernel_registers(folder: Path, op: str, tps: list[int]) -> dict[tuple[int, str], int | None]:
+    """{(tp, shape): registers of the B <= SMALL_M kernel} from sm_90a compiles at `tps` (compile_matrix,
+    the compile cache `harness compile` uses; the TPs compile side by side)."""
+    sys.path.insert(0, str(ROOT))
+    from harness.errors import UserError
+    from harness.toolchain.candidate import load_candidate
+    from harness.toolchain.compile import compile_matrix
+
     try:
-        doc = json.loads(proc.stdout)
-    except json.JSONDecodeError:
-        raise SystemExit(f"swapab_residency: harness compile gave no JSON for {folder} TP{tp}: "
-                         f"{proc.stderr.strip()[-400:]}") from None
-    out: dict[str, int | None] = {}
-    for c in doc["compiles"]:
-        small = [k for k in c.get("kernels") or [] if "Large" not in k["kernel"]]
-        out[c["static"].get("shape", "")] = small[0]["registers"] if small else None
+        reports = compile_matrix(load_candidate(op, folder), ["sm_90a"], tps)
+    except UserError as exc:
+        raise SystemExit(f"swapab_residency: {exc}") from None
+    out: dict[tuple[int, str], int | None] = {}
+    for rep in reports:
+        small = [k for k in rep.kernels if "Large" not in k.kernel]
+        out[(rep.tp, rep.static.get("shape", ""))] = small[0].registers if small else None
     return out
 
 
@@ -89,15 +91,16 @@ def residency(folder: Path, tps: list[int]) -> list[Residency]:
     mod = load_kernel(folder)
     scope = cand["scope"]
     alt = getattr(mod, "uses_alt", None)
-    rows = []
-    for tp in (t for t in tps if t in scope.get("tp", [8, 16])):
-        regs = small_kernel_registers(folder, cand["op"], tp)
+    rows: list[Residency] = []
+    in_scope = [t for t in tps if t in scope.get("tp", [8, 16])]
+    regs = small_kernel_registers(folder, cand["op"], in_scope) if in_scope else {}
+    for tp in in_scope:
         for shape in scope["shapes"]:
             k, n = mod.gemm_kn(shape, tp)
             use_alt = bool(alt and alt(shape, tp))
             p = mod.plan(k, n, alt=True) if use_alt else mod.plan(k, n)
             warps = p.warps if use_alt else mod.WARPS
-            r = regs.get(shape)
+            r = regs.get((tp, shape))
             per_sm = resident_ctas(warps, r, warps * mod.FRAG * 32 * 4) if r else None
             ctas = p.n_blocks * p.ck
             rows.append(Residency(shape, tp, k, n, p.ck, p.kb, p.kb * p.ck * warps == p.kbt, ctas, r, per_sm,

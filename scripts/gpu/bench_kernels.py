@@ -326,6 +326,11 @@ def rotated_sets(defn, point: Point, max_copies: int = timing.MAX_COPIES) -> tup
     return sets, outs
 
 
+def known_shapes() -> set[str]:
+    """Every op's named shapes (skinny_gemm's GEMMs, attn_res's nb1..nb8, ...)."""
+    return {s for d in reference_impls.all_ops() for s in shape_names(d)}
+
+
 def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state_dtypes: list[str],
               skip: tuple[str, ...] = ()) -> list[Point]:
     """TP x shape x state dtype x B; shapes only for ops with named shapes, state dtypes only where
@@ -334,7 +339,7 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
     "shape@tp" entries (--skip-points) whose points are left out (a cover bench leaves the points a
     promoted kernel already runs)."""
     names = shape_names(defn)
-    every = {s for d in reference_impls.all_ops() for s in shape_names(d)}
+    every = known_shapes()
     unknown = [s for s in shapes if s not in every and s != "all"]
     if unknown:
         raise SystemExit(f"{defn.name}: unknown shape(s) {unknown} (known: {', '.join(names or sorted(every))})")
@@ -351,7 +356,7 @@ def op_points(defn, batches: list[int], tps: list[int], shapes: list[str], state
 
 def parse_skip_points(text: str) -> tuple[str, ...]:
     """--skip-points "kda_o_proj@16,mla_q_b@16" -> its entries, each a known shape name @ a TP."""
-    every = {s for d in reference_impls.all_ops() for s in shape_names(d)}
+    every = known_shapes()
     out = tuple(e for e in text.split(",") if e)
     for e in out:
         shape, _, tp = e.partition("@")
