@@ -6,12 +6,15 @@ FILES_AT is the folder the device tool copied $OUT into; gate.sh leaves one fold
 candidate there, `<id>/`, holding the compacted record(s) `<UTC stamp>-<host>.json` (plus
 gate_report.json and assess.json, which are not evidence). For each: the records not yet in
 kernels_generated/<op>/<id>/evidence/ are copied there (mode 644) and committed, one commit per
-candidate. With --promote, `harness promote OP ID` then runs and, if it promotes, its branch
-promote/OP/ID is fast-forwarded into the current branch and deleted. Needs a clean tree.
+candidate. With --promote, `harness promote OP ID` then runs for every candidate folder there that
+is not the promoted kernel of its op already, records landed now or in an earlier run (run it again
+after mending what a refusal named); if it promotes, its branch promote/OP/ID is fast-forwarded into
+the current branch and deleted. Needs a clean tree.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import subprocess
@@ -58,6 +61,21 @@ def land(files_at: Path, root: Path) -> list[tuple[str, str, list[str]]]:
     return landed
 
 
+def gated(files_at: Path, root: Path) -> list[tuple[str, str]]:
+    """(op, id) of every candidate folder in files_at that holds a record."""
+    return [(candidate_dir(root, sub.name).parent.name, sub.name)
+            for sub in sorted(p for p in files_at.iterdir() if p.is_dir())
+            if any(RECORD.match(p.name) for p in sub.iterdir())]
+
+
+def to_promote(files_at: Path, root: Path) -> list[tuple[str, str]]:
+    """gated(), less each candidate that promoted.json already names for its op."""
+    manifest = root / "kernels_generated" / "promoted.json"
+    entries = json.loads(manifest.read_text()) if manifest.is_file() else []
+    promoted = {(e["op"], e["candidate"]) for e in entries}
+    return [oc for oc in gated(files_at, root) if oc not in promoted]
+
+
 def promote(op: str, cid: str, root: Path) -> bool:
     res = subprocess.run([sys.executable, "-m", "harness.cli", "promote", op, cid], cwd=root,
                          capture_output=True, text=True)
@@ -81,10 +99,12 @@ def main() -> None:
     landed = land(a.files_at, ROOT)
     for op, cid, recs in landed:
         print(f"landed {op}/{cid}: {', '.join(recs)}")
-        if a.promote and not promote(op, cid, ROOT):
-            print(f"not promoted: {op}/{cid}")
     if not landed:
         print("nothing new to land")
+    if a.promote:
+        for op, cid in to_promote(a.files_at, ROOT):
+            if not promote(op, cid, ROOT):
+                print(f"not promoted: {op}/{cid}")
 
 
 if __name__ == "__main__":

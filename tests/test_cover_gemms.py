@@ -147,3 +147,61 @@ def test_perf_passed_reads_regate_summaries(tmp_path):
                        "#### gemm_situ_and_mul/bbbbbbbbbbbb\n   PASS     perf_sweep          60.0 s\n"
                        "#### skinny_gemm/cccccccccccc\n(no verdict yet)\n")
     assert _run("perf-passed", str(summary)).stdout.split() == ["gemm_situ_and_mul/bbbbbbbbbbbb"]
+
+
+def _evidence_candidate_hash(cdir: Path) -> str:
+    from gates.pins import sha256_files
+
+    files = [p for p in cdir.rglob("*") if p.is_file() and p.relative_to(cdir).parts[0] != "evidence"]
+    return sha256_files(files, cdir.parents[2])
+
+
+def test_adopt_takes_call_2s_renders_as_gated(tmp_path):
+    """Session 54: the gate call rendered 072140 and d659fc at 01:31:33 and gated them; propose here
+    rendered them again with another created_utc, and promote refused the records as stale. adopt
+    takes call 2's files instead: the scratch tree is here before the call (without the two folders
+    and their two entries), COVER_DIR holds what call 2 writes, and afterwards the records' candidate
+    hash matches the adopted files."""
+    import shutil
+
+    ids = ["skinny_gemm/072140b6c70e", "skinny_gemm/d659fc07d743"]
+    cover = tmp_path / "cover"
+    cover.mkdir()
+    subprocess.run(["tar", "-cJf", str(cover / "new_candidates.tar.xz"), "--exclude=evidence",
+                    "-C", str(ROOT / "kernels_generated"), *ids], check=True)    # as gate packs them
+    shutil.copy(ROOT / "prompts/kernels/human_candidates.json", cover / "human_candidates.json")
+    tree = _scratch_tree(tmp_path)
+    listed = tree / "prompts/kernels/human_candidates.json"
+    doc = json.loads(listed.read_text())
+    assert [c["label"] for c in doc["candidates"][-2:]] == ["29d230_cover_tp16", "9ebf33_cover_tp8"]
+    doc["candidates"] = doc["candidates"][:-2]
+    listed.write_text(json.dumps(doc, indent=2) + "\n")
+    for cid in ids:
+        shutil.rmtree(tree / "kernels_generated" / cid)
+
+    r = _run("adopt", cwd=tree, COVER_DIR=str(cover))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ids
+    assert listed.read_bytes() == (ROOT / "prompts/kernels/human_candidates.json").read_bytes()
+    for cid in ids:
+        record = json.loads(next((ROOT / "kernels_generated" / cid / "evidence").glob("*.json")).read_text())
+        assert _evidence_candidate_hash(tree / "kernels_generated" / cid) == record["hashes"]["candidate"]
+    assert _run("adopt", cwd=tree, COVER_DIR=str(cover)).returncode == 0          # the same files again: fine
+
+    cj = tree / "kernels_generated" / ids[0] / "candidate.json"
+    cj.write_text(cj.read_text().replace("01:31:33", "01:48:59"))                 # propose's re-render
+    r = _run("adopt", cwd=tree, COVER_DIR=str(cover))
+    assert r.returncode == 3 and f"kernels_generated/{ids[0]} already there and not the gated files" in r.stderr
+    assert "01:48:59" in cj.read_text()
+
+    doc["candidates"] = doc["candidates"][1:]              # here, an entry changed after the call
+    doc["candidates"].insert(0, {"label": "made_here_after_the_call"})
+    listed.write_text(json.dumps(doc, indent=2) + "\n")
+    r = _run("adopt", cwd=tree, COVER_DIR=str(cover))
+    assert r.returncode == 3 and "changed since the gate call's tree" in r.stderr
+    assert "made_here_after_the_call" in listed.read_text()
+
+
+def test_adopt_names_what_call_2_should_have_written(tmp_path):
+    r = _run("adopt", cwd=tmp_path, COVER_DIR=str(tmp_path))
+    assert r.returncode == 2 and "no " + str(tmp_path / "new_candidates.tar.xz") in r.stderr

@@ -52,3 +52,22 @@ def test_records_land_once_in_their_candidate(le, tmp_path):
     (repo / "stray.txt").write_text("x\n")
     with pytest.raises(SystemExit, match="uncommitted"):
         le.land(out, repo)
+
+
+def test_promote_takes_every_gated_candidate_not_yet_promoted(le, tmp_path):
+    """Session 54: the records landed, promote refused them (a candidate.json differed), and after the
+    mend a second run landed nothing new; --promote must still try those candidates, and leave out
+    one that promoted.json already names."""
+    repo = tmp_path / "repo"
+    for op, cid in (("op_a", "aaaaaaaaaaaa"), ("op_a", "bbbbbbbbbbbb"), ("op_b", "cccccccccccc")):
+        (repo / "kernels_generated" / op / cid).mkdir(parents=True)
+        (repo / "kernels_generated" / op / cid / "kernel.py").write_text("# k\n")
+    (repo / "kernels_generated" / "promoted.json").write_text('[{"op": "op_a", "candidate": "bbbbbbbbbbbb"}]\n')
+    out = tmp_path / "out"
+    for cid in ("aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"):
+        (out / cid).mkdir(parents=True)
+        (out / cid / "20261206T013940.703876Z-vm.json").write_text("{}\n")
+    (out / "dddddddddddd").mkdir()                                       # no record: not gated here
+    (out / "logs").mkdir()
+    assert le.gated(out, repo) == [("op_a", "aaaaaaaaaaaa"), ("op_a", "bbbbbbbbbbbb"), ("op_b", "cccccccccccc")]
+    assert le.to_promote(out, repo) == [("op_a", "aaaaaaaaaaaa"), ("op_b", "cccccccccccc")]

@@ -17,13 +17,18 @@
 #            /tmp/cover) exactly as the next step does here, then runs the perf gate on the new
 #            candidates (regate.sh PHASE=perf at at_head.sh's snapshot), then, time left, the other
 #            gates (PHASE=checks) on those that passed: $OUT/regate_{perf,checks}.*,
-#            $OUT/new_ids.txt, $OUT/human_candidates.json. Saves a cold start: a machine goes back
-#            after ~30 s idle, so the commit below could not happen between the two calls.
+#            $OUT/new_ids.txt, $OUT/human_candidates.json, $OUT/new_candidates.tar.xz (the renders as
+#            gated). Saves a cold start: a machine goes back after ~30 s idle, so the commit below
+#            could not happen between the two calls.
 #   here:    bash scripts/gpu/slim_tree.sh off; copy FILES_AT/* to results/<card: h200, h100>/<session>/;
-#            COVER_DIR=<that> bash scripts/gpu/cover_gemms.sh propose (pick_winner.py's per-shape
-#            proposal against cuBLAS, or the unfused pair for gemm_situ_and_mul, appended to
-#            prompts/kernels/human_candidates.json and rendered), commit, and gate the new
-#            candidates (PHASE=perf, then PHASE=checks: scripts/gpu/regate.sh's header).
+#            after call 2: COVER_DIR=<call 2's files> bash scripts/gpu/cover_gemms.sh adopt (its renders
+#            byte for byte and its human_candidates.json: a render here would stamp another created_utc
+#            into candidate.json, so the gate records' candidate hash would not match), commit, then
+#            python3 scripts/land_evidence.py <the regate tarballs, unpacked>/{perf,checks} --promote.
+#            Without call 2: COVER_DIR=<call 1's files> bash scripts/gpu/cover_gemms.sh propose
+#            (pick_winner.py's per-shape proposal against cuBLAS, or the unfused pair for
+#            gemm_situ_and_mul, appended to prompts/kernels/human_candidates.json and rendered),
+#            commit, and gate the new candidates (PHASE=perf, then PHASE=checks: regate.sh's header).
 #
 # Compile times on the H200 are ~1.2 s a (candidate, shape, TP) (session 33); a plan's bench
 # compiles renders x shapes x TPs of them.
@@ -145,6 +150,10 @@ gate() {
   cp prompts/kernels/human_candidates.json "$OUT"/
   echo "$new" > "$OUT/new_ids.txt"
   if [ -z "$new" ]; then echo "cover_gemms.sh: no new candidate won; nothing to gate"; return 0; fi
+  # the renders as gated, for `adopt` here: rendering them again would stamp another created_utc
+  # into candidate.json, and the gate records pin the candidate's files by hash
+  # shellcheck disable=SC2086
+  tar -cJf "$OUT/new_candidates.tar.xz" -C kernels_generated $new || return 3
   echo "new candidates: $(echo $new)"
   # shellcheck disable=SC1091
   source scripts/gpu/at_head.sh || return 3           # the tree with the renders, committed: /tmp/head
@@ -168,6 +177,40 @@ gate() {
   PHASE=checks timeout "$left" bash scripts/gpu/regate.sh $passed
 }
 
+adopt() {             # call 2's renders byte for byte, with its human_candidates.json; prints the OP/IDs
+  local tarball=$COVER_DIR/new_candidates.tar.xz tmp d rel clash='' ids=''
+  for d in new_candidates.tar.xz human_candidates.json; do
+    if [ ! -f "$COVER_DIR/$d" ]; then
+      echo "cover_gemms.sh: no $COVER_DIR/$d (cover_gemms.sh gate writes it into \$OUT; set COVER_DIR)" >&2
+      return 2
+    fi
+  done
+  # the call's list must extend this one: it was this list, plus the winners appended
+  "$PY" - "$COVER_DIR/human_candidates.json" prompts/kernels/human_candidates.json <<'PY' || return 3
+import json, sys
+call, here = (json.load(open(p))["candidates"] for p in sys.argv[1:3])
+if call[:len(here)] != here:
+    sys.exit("cover_gemms.sh: prompts/kernels/human_candidates.json changed since the gate call's tree; "
+             "adopt would drop that change")
+PY
+  tmp=$(mktemp -d) && tar -xJf "$tarball" -C "$tmp" || return 3
+  for d in "$tmp"/*/*/; do
+    rel=${d#"$tmp"/}; rel=${rel%/}; ids+=" $rel"
+    if [ -e "kernels_generated/$rel" ] && ! diff -rq --exclude=evidence --exclude=__pycache__ \
+         "$tmp/$rel" "kernels_generated/$rel" > /dev/null; then clash+=" kernels_generated/$rel"; fi
+  done
+  if [ -n "$clash" ]; then
+    echo "cover_gemms.sh: ${clash# } already there and not the gated files; move it away to adopt" >&2
+    rm -rf "$tmp"; return 3
+  fi
+  for rel in $ids; do
+    if [ ! -e "kernels_generated/$rel" ]; then mkdir -p "kernels_generated/${rel%/*}" && cp -r "$tmp/$rel" "kernels_generated/$rel"; fi
+  done
+  rm -rf "$tmp"
+  cp "$COVER_DIR/human_candidates.json" prompts/kernels/human_candidates.json
+  for rel in $ids; do echo "$rel"; done
+}
+
 perf_passed() {        # the OP/IDs a regate_perf.txt summary shows passing perf_sweep
   awk '/^#### /{c=$2} /^ *PASS +perf_sweep/{if (c) print c; c=""}' "$1" 2>/dev/null
 }
@@ -177,8 +220,9 @@ case "${1:-}" in
   bench) bench ;;
   missing) missing ;;
   propose) propose ;;
+  adopt) adopt ;;
   perf-passed) perf_passed "${2:?a regate_perf.txt}" ;;
   gate) gate ;;
   plan) echo "$PLAN" ;;
-  *) echo "usage: bash scripts/gpu/cover_gemms.sh render|bench|gate|propose|missing|plan" >&2; exit 2 ;;
+  *) echo "usage: bash scripts/gpu/cover_gemms.sh render|bench|gate|adopt|propose|missing|plan" >&2; exit 2 ;;
 esac
