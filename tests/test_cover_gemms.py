@@ -205,3 +205,39 @@ def test_adopt_takes_call_2s_renders_as_gated(tmp_path):
 def test_adopt_names_what_call_2_should_have_written(tmp_path):
     r = _run("adopt", cwd=tmp_path, COVER_DIR=str(tmp_path))
     assert r.returncode == 2 and "no " + str(tmp_path / "new_candidates.tar.xz") in r.stderr
+
+
+def test_gate_packs_its_renders_for_adopt(tmp_path):
+    """Call 2 on the CPU up to the GPU work: with at_head.sh stubbed to stop (rc 3), gate proposes
+    and renders session 33's winner and packs exactly that folder; here, with the folder and the
+    list entry not yet made, adopt then restores the gate's render byte for byte."""
+    import lzma
+    import shutil
+    import tarfile
+
+    cover, out = tmp_path / "cover", tmp_path / "out"
+    cover.mkdir()
+    out.mkdir()
+    (cover / "bench_cover_skinny.json").write_bytes(
+        lzma.open(ROOT / "results/h200/session33/bench_skinny33.json.xz").read())
+    tree = _scratch_tree(tmp_path)
+    (tree / "scripts/gpu/at_head.sh").write_text("return 3\n")          # stop before any GPU work
+    cid = "skinny_gemm/268009f21621"
+    shutil.rmtree(tree / "kernels_generated" / cid)
+    listed = tree / "prompts/kernels/human_candidates.json"
+    before = listed.read_bytes()
+
+    r = _run("gate", cwd=tree, OUT=str(out), COVER_DIR=str(cover), HARNESS_ROOT=str(tree))
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert (out / "new_ids.txt").read_text().split() == [cid]
+    with tarfile.open(out / "new_candidates.tar.xz") as tar:
+        assert sorted(tar.getnames()) == [cid, f"{cid}/candidate.json", f"{cid}/kernel.py"]
+    gated = {p.name: p.read_bytes() for p in (tree / "kernels_generated" / cid).iterdir()}
+
+    shutil.rmtree(tree / "kernels_generated" / cid)                   # here, before adopt
+    listed.write_bytes(before)
+    r = _run("adopt", cwd=tree, COVER_DIR=str(out))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == [cid]
+    assert {p.name: p.read_bytes() for p in (tree / "kernels_generated" / cid).iterdir()} == gated
+    assert listed.read_bytes() == (out / "human_candidates.json").read_bytes() != before
