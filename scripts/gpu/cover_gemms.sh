@@ -193,8 +193,10 @@ if call[:len(here)] != here:
     sys.exit("cover_gemms.sh: prompts/kernels/human_candidates.json changed since the gate call's tree; "
              "adopt would drop that change")
 PY
-  tmp=$(mktemp -d) && tar -xJf "$tarball" -C "$tmp" || return 3
+  tmp=$(mktemp -d) || return 3
+  tar -xJf "$tarball" -C "$tmp" || { rm -rf "$tmp"; return 3; }
   for d in "$tmp"/*/*/; do
+    [ -d "$d" ] || continue                           # an empty tarball: nothing to adopt
     rel=${d#"$tmp"/}; rel=${rel%/}; ids+=" $rel"
     if [ -e "kernels_generated/$rel" ] && ! diff -rq --exclude=evidence --exclude=__pycache__ \
          "$tmp/$rel" "kernels_generated/$rel" > /dev/null; then clash+=" kernels_generated/$rel"; fi
