@@ -14,7 +14,6 @@ the current branch and deleted. Needs a clean tree.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import subprocess
@@ -22,6 +21,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from harness.promotion import read_manifest  # noqa: E402  (the manifest as promote reads it)
 RECORD = re.compile(r"^\d{8}T\d{6}\.\d+Z-.+\.json$")     # the evidence record file name
 
 
@@ -41,10 +42,7 @@ def land(files_at: Path, root: Path) -> list[tuple[str, str, list[str]]]:
     if git("status", "--porcelain", cwd=root):
         raise SystemExit("land_evidence: the tree has uncommitted changes; commit or stash them first")
     landed = []
-    for sub in sorted(p for p in files_at.iterdir() if p.is_dir()):
-        records = sorted(p for p in sub.iterdir() if RECORD.match(p.name))
-        if not records:
-            continue
+    for sub, records in record_folders(files_at):
         cdir = candidate_dir(root, sub.name)
         ev = cdir / "evidence"
         ev.mkdir(exist_ok=True)
@@ -61,18 +59,24 @@ def land(files_at: Path, root: Path) -> list[tuple[str, str, list[str]]]:
     return landed
 
 
+def record_folders(files_at: Path) -> list[tuple[Path, list[Path]]]:
+    """Each candidate folder in files_at that holds records, with its records (sorted)."""
+    found = []
+    for sub in sorted(p for p in files_at.iterdir() if p.is_dir()):
+        records = sorted(p for p in sub.iterdir() if RECORD.match(p.name))
+        if records:
+            found.append((sub, records))
+    return found
+
+
 def gated(files_at: Path, root: Path) -> list[tuple[str, str]]:
     """(op, id) of every candidate folder in files_at that holds a record."""
-    return [(candidate_dir(root, sub.name).parent.name, sub.name)
-            for sub in sorted(p for p in files_at.iterdir() if p.is_dir())
-            if any(RECORD.match(p.name) for p in sub.iterdir())]
+    return [(candidate_dir(root, sub.name).parent.name, sub.name) for sub, _ in record_folders(files_at)]
 
 
 def to_promote(files_at: Path, root: Path) -> list[tuple[str, str]]:
     """gated(), less each candidate that promoted.json already names for its op."""
-    manifest = root / "kernels_generated" / "promoted.json"
-    entries = json.loads(manifest.read_text()) if manifest.is_file() else []
-    promoted = {(e["op"], e["candidate"]) for e in entries}
+    promoted = {(e["op"], e["candidate"]) for e in read_manifest(root)}
     return [oc for oc in gated(files_at, root) if oc not in promoted]
 
 

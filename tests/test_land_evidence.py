@@ -62,7 +62,7 @@ def test_promote_takes_every_gated_candidate_not_yet_promoted(le, tmp_path):
     for op, cid in (("op_a", "aaaaaaaaaaaa"), ("op_a", "bbbbbbbbbbbb"), ("op_b", "cccccccccccc")):
         (repo / "kernels_generated" / op / cid).mkdir(parents=True)
         (repo / "kernels_generated" / op / cid / "kernel.py").write_text("# k\n")
-    (repo / "kernels_generated" / "promoted.json").write_text('[{"op": "op_a", "candidate": "bbbbbbbbbbbb"}]\n')
+    (repo / "kernels_generated" / "promoted.json").write_text('[{"op": "op_a", "candidate": "bbbbbbbbbbbb", "scope": {}}]\n')
     out = tmp_path / "out"
     for cid in ("aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"):
         (out / cid).mkdir(parents=True)
