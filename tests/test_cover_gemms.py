@@ -15,6 +15,7 @@ SCRIPT = ROOT / "scripts/gpu/cover_gemms.sh"
 PLANS = ROOT / "scripts/gpu/cover_plans"
 ROUND1 = str(PLANS / "round1.sh")
 ROUND2 = str(PLANS / "round2.sh")
+ROUND3 = str(PLANS / "round3.sh")
 
 
 def _run(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
@@ -58,6 +59,49 @@ def test_round2_renders_only_the_uncovered_shapes(tmp_path):
         assert tpl["family"] == "swapab" and family.feasible(tpl["params"])     # proposable, not a study
         params.append(json.dumps(tpl["params"], sort_keys=True))
     assert len(set(params)) == 13                                       # no two renders alike
+
+
+def test_round3_times_the_promoted_kernels_beside_its_renders(tmp_path):
+    """Round 3 (session 55): nine bulk renders at the K 768 GEMMs where 91b17e and a87a4d miss the
+    cuBLAS bar at B=8. bench hands those two promoted kernels to bench_kernels.py beside the renders,
+    at the plan's batches (a stand-in interpreter records the call), and propose refuses the plan:
+    pick_winner judges against cuBLAS, and a winner here must beat the promoted kernels."""
+    gen = tmp_path / "tree" / "kernels_generated"
+    r = _run("render", RENDER_ROOT=str(gen), COVER_PLAN=ROUND3)
+    assert r.returncode == 0, r.stderr
+    ids = r.stdout.split()
+    assert len(ids) == len(set(ids)) == 9
+    from harness.agent.families import load_family
+
+    family = load_family(ROOT / "prompts/kernels/skinny_gemm/swapab.py.j2", "skinny_gemm")
+    for i in ids:
+        cand = json.loads((gen / "skinny_gemm" / i / "candidate.json").read_text())
+        assert cand["scope"]["shapes"] == ["shared_down", "kda_o_proj", "mla_o_proj"]
+        params = cand["provenance"]["template"]["params"]
+        assert params["bulk"] is True and family.feasible(params)
+
+    calls = tmp_path / "calls.txt"
+    stub = tmp_path / "py"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    stub.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = _run("bench", cwd=tmp_path / "tree", OUT=str(out), COVER_PLAN=ROUND3, PYTHON=str(stub),
+             COVER_DIR=str(tmp_path / "cover"))
+    assert r.returncode == 0, r.stderr
+    bench = calls.read_text().splitlines()[0].split()
+    assert bench[0] == "scripts/gpu/bench_kernels.py"
+    arg = {k: v for k, v in zip(bench, bench[1:]) if k.startswith("--")}
+    assert arg["--batches"] == "1,2,4,5,8" and arg["--tps"] == "8,16"
+    assert arg["--candidates"].split(",") == ids + ["91b17e39677d", "a87a4d18c8bc"]
+    assert set(arg["--skip-points"].split(",")) == {"shared_down@16", "kda_o_proj@8", "mla_o_proj@8",
+                                                   "mla_o_proj@16"}
+
+    cover = tmp_path / "cover"
+    cover.mkdir(exist_ok=True)
+    (cover / "bench_cover_skinny.json").write_text("{}")
+    r = _run("propose", cwd=tmp_path / "tree", COVER_PLAN=ROUND3, COVER_DIR=str(cover))
+    assert r.returncode == 2 and "narrow a render by hand" in r.stderr
 
 
 def test_the_default_plan_is_the_newest_round():
@@ -116,7 +160,7 @@ def test_propose_renders_the_winners_and_names_only_the_new_folders(tmp_path):
     (cover / "bench_cover_skinny.json").write_bytes(
         lzma.open(ROOT / "results/h200/session33/bench_skinny33.json.xz").read())
     tree = _scratch_tree(tmp_path)
-    env = {"COVER_DIR": str(cover), "HARNESS_ROOT": str(tree)}
+    env = {"COVER_DIR": str(cover), "HARNESS_ROOT": str(tree), "COVER_PLAN": ROUND2}
     n0 = len(json.loads((tree / "prompts/kernels/human_candidates.json").read_text())["candidates"])
     r = _run("propose", cwd=tree, **env)
     assert r.returncode == 0, r.stderr
@@ -227,7 +271,7 @@ def test_gate_packs_its_renders_for_adopt(tmp_path):
     listed = tree / "prompts/kernels/human_candidates.json"
     before = listed.read_bytes()
 
-    r = _run("gate", cwd=tree, OUT=str(out), COVER_DIR=str(cover), HARNESS_ROOT=str(tree))
+    r = _run("gate", cwd=tree, OUT=str(out), COVER_DIR=str(cover), HARNESS_ROOT=str(tree), COVER_PLAN=ROUND2)
     assert r.returncode == 3, r.stdout + r.stderr
     assert (out / "new_ids.txt").read_text().split() == [cid]
     with tarfile.open(out / "new_candidates.tar.xz") as tar:

@@ -40,6 +40,9 @@ ROOT_DIR=${RENDER_ROOT:-kernels_generated}
 COVER_DIR=${COVER_DIR:-/tmp/cover}    # bench copies its JSONs here; propose and gate read them (call 2)
 PLAN=${COVER_PLAN:-$(ls "$(dirname "$0")"/cover_plans/round*.sh | sort -V | tail -1)}
 SKINNY_SHAPES='' SKINNY_EXCLUDE='' SKINNY_SKIP='' SKINNY_TPS=8,16 SITU_SHAPES='' RENDERS=()
+SKINNY_BATCHES=1,8    # the batches bench times the skinny renders at
+SKINNY_ALSO=()        # committed candidates (id prefixes) bench times beside the renders: the promoted
+                      # kernels a round must beat where one already runs (pick_winner reads cuBLAS only)
 # shellcheck disable=SC1090
 source "$PLAN" || { echo "cover_gemms.sh: cannot read the plan $PLAN" >&2; exit 2; }
 SKINNY_IDS=() SITU_IDS=()
@@ -97,8 +100,8 @@ bench() {
   echo "plan: $PLAN (${#SKINNY_IDS[@]} skinny_gemm renders, ${#SITU_IDS[@]} gemm_situ_and_mul)"
   if [ ${#SKINNY_IDS[@]} -gt 0 ]; then
     step bench_cover_skinny 400 "$PY" scripts/gpu/bench_kernels.py --ops skinny_gemm --tps "$SKINNY_TPS" \
-      --batches 1,8 --shapes "$SKINNY_SHAPES" --skip-points "$SKINNY_SKIP" \
-      --candidates "$(prefixes "${SKINNY_IDS[@]}")" \
+      --batches "$SKINNY_BATCHES" --shapes "$SKINNY_SHAPES" --skip-points "$SKINNY_SKIP" \
+      --candidates "$(prefixes "${SKINNY_IDS[@]}" "${SKINNY_ALSO[@]}")" \
       --no-compile-baseline --no-eager --rounds 3 --step-deadline-s 90
     mv "$OUT/bench_kernels_skinny_gemm.json" "$OUT/bench_cover_skinny.json" 2>/dev/null
   fi
@@ -134,6 +137,11 @@ propose() {            # the winners of COVER_DIR's benches into human_candidate
   local before
   if [ ! -f "$COVER_DIR/bench_cover_skinny.json" ] && [ ! -f "$COVER_DIR/bench_cover_gemm_situ.json" ]; then
     echo "cover_gemms.sh: no bench results in $COVER_DIR (bench keeps them there; set COVER_DIR)" >&2
+    return 2
+  fi
+  if [ ${#SKINNY_ALSO[@]} -gt 0 ]; then
+    echo "cover_gemms.sh: $PLAN times promoted kernels beside its renders (SKINNY_ALSO): a winner there must" \
+         "beat them, not cuBLAS, so pick_winner cannot propose it; narrow a render by hand (harness narrow)" >&2
     return 2
   fi
   before=$(candidates)
