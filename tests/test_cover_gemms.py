@@ -213,12 +213,15 @@ def test_adopt_takes_call_2s_renders_as_gated(tmp_path):
     cover.mkdir()
     subprocess.run(["tar", "-cJf", str(cover / "new_candidates.tar.xz"), "--exclude=evidence",
                     "-C", str(ROOT / "kernels_generated"), *ids], check=True)    # as gate packs them
-    shutil.copy(ROOT / "prompts/kernels/human_candidates.json", cover / "human_candidates.json")
     tree = _scratch_tree(tmp_path)
     listed = tree / "prompts/kernels/human_candidates.json"
     doc = json.loads(listed.read_text())
-    assert [c["label"] for c in doc["candidates"][-2:]] == ["29d230_cover_tp16", "9ebf33_cover_tp8"]
-    doc["candidates"] = doc["candidates"][:-2]
+    labels = [c["label"] for c in doc["candidates"]]
+    at = labels.index("29d230_cover_tp16")                 # the list as it was: call 2 appended two
+    assert labels[at:at + 2] == ["29d230_cover_tp16", "9ebf33_cover_tp8"]
+    (cover / "human_candidates.json").write_text(
+        json.dumps({**doc, "candidates": doc["candidates"][:at + 2]}, indent=1) + "\n")
+    doc["candidates"] = doc["candidates"][:at]
     listed.write_text(json.dumps(doc, indent=2) + "\n")
     for cid in ids:
         shutil.rmtree(tree / "kernels_generated" / cid)
@@ -226,7 +229,7 @@ def test_adopt_takes_call_2s_renders_as_gated(tmp_path):
     r = _run("adopt", cwd=tree, COVER_DIR=str(cover))
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ids
-    assert listed.read_bytes() == (ROOT / "prompts/kernels/human_candidates.json").read_bytes()
+    assert listed.read_bytes() == (cover / "human_candidates.json").read_bytes()
     for cid in ids:
         record = json.loads(next((ROOT / "kernels_generated" / cid / "evidence").glob("*.json")).read_text())
         assert _evidence_candidate_hash(tree / "kernels_generated" / cid) == record["hashes"]["candidate"]
