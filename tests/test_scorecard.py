@@ -195,15 +195,13 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
     assert "floor met at 2/2 (1 of the met partly from L2);" in sc.render(c)
 
 
-# Promoted in session 54 (072140, d659fc) after that session's H200 bench of the other sixteen; no
-# H200 benchmark has timed them yet (session 54's H100 run did: the H100 runs are left out of the
-# H200 scorecard, sc.run_gpu). Take an id out once an H200 run of it is committed.
-AWAITING_H200_BENCH = {("skinny_gemm", "072140b6c70e"), ("skinny_gemm", "d659fc07d743")}
-# Promoted in session 55 on H100 gate evidence (the perf gate timed it against the reference it
-# replaces), with no device time left for a benchmark run on either card. Take it out once one is
-# committed (into AWAITING_H200_BENCH if that run is an H100's).
-NEVER_BENCHED = {("gemm_situ_and_mul", "78adedfa9fd2")}
-NO_H200_ROWS = AWAITING_H200_BENCH | NEVER_BENCHED
+# No H200 benchmark has timed these; H100 runs have (the H100 runs are left out of the H200
+# scorecard, sc.run_gpu). 072140 and d659fc: promoted in session 54 after that session's H200 bench
+# of the other sixteen. 12ecfe: promoted in session 56 on H100 gate evidence; its rows are session
+# 56's H100 study (results/h100/session56/bench_dense_gu.json). Take an id out once an H200 run of it
+# is committed.
+AWAITING_H200_BENCH = {("skinny_gemm", "072140b6c70e"), ("skinny_gemm", "d659fc07d743"),
+                       ("gemm_situ_and_mul", "12ecfed9c4dc")}
 
 
 def test_committed_results_cover_every_promoted_op(sc):
@@ -211,10 +209,10 @@ def test_committed_results_cover_every_promoted_op(sc):
     entries = json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())
     manifest = {(e["op"], e["candidate"]): e for e in entries}
     assert [(c.op, c.candidate) for c in cards] == list(manifest)     # one card per promoted kernel
-    assert NO_H200_ROWS <= set(manifest)
+    assert AWAITING_H200_BENCH <= set(manifest)
     for c in cards:
-        if (c.op, c.candidate) in NO_H200_ROWS:
-            assert not c.measured, f"{c.op} {c.candidate} has H200 rows now: take it out of the awaiting sets"
+        if (c.op, c.candidate) in AWAITING_H200_BENCH:
+            assert not c.measured, f"{c.op} {c.candidate} has H200 rows now: take it out of AWAITING_H200_BENCH"
             assert len(c.unmeasured) == c.scope_points > 0
             continue
         assert c.measured, c.op
@@ -233,9 +231,6 @@ def test_the_h100_scorecard_reads_only_h100_runs_and_times_every_promoted_kernel
     manifest = json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())
     assert [(c.op, c.candidate) for c in cards] == [(e["op"], e["candidate"]) for e in manifest]
     for c in cards:
-        if (c.op, c.candidate) in NEVER_BENCHED:
-            assert not c.measured, f"{c.op} {c.candidate} has H100 rows now: take it out of NEVER_BENCHED"
-            continue
         assert c.measured, (c.op, c.candidate)
         assert all(m.source.startswith("results/h100/") for m in c.measured)
     by_id = {c.candidate: c for c in cards}
@@ -264,7 +259,7 @@ def test_a_kernel_measured_only_on_another_card_says_where(sc):
     text = sc.report(ROOT, ops=["skinny_gemm"])
     assert ("## skinny_gemm: promoted 072140b6c70e\nno committed benchmark on this card measured this candidate; "
             "the H100 runs measured 16 points (harness scorecard --gpu h100)") in text
-    # every kernel the H100 runs lack (NEVER_BENCHED) lacks H200 rows too
+    # the H100 runs time every promoted kernel, so none is measured only elsewhere
     assert json.loads(sc.report(ROOT, as_json=True, gpu_name="h100"))["measured_elsewhere"] == []
 
 
