@@ -114,3 +114,18 @@ def test_untracked_scratch_files_stay_and_travel_but_not_under_the_slimmed_paths
     refused = _slim(repo, "on")
     assert refused.returncode == 2 and "results/new.json" in refused.stderr
     assert _git(repo, "branch", "--show-current").strip() == "main"
+
+
+def test_on_lists_the_tracked_files_for_at_head(repo: Path):
+    """The slim commit carries .slim_tracked: the files tracked on gpu-slim (not the slimmed paths, not
+    untracked scratch), so at_head.sh on the device can tell which candidate folders travelled untracked.
+    `off` takes it away with the branch."""
+    scratch = repo / "kernels_generated" / "op" / "abc" / "candidate.json"
+    scratch.parent.mkdir(parents=True)
+    scratch.write_text("{}")
+    assert _slim(repo, "on").returncode == 0
+    listed = (repo / ".slim_tracked").read_text().split()
+    assert "keep.py" in listed and "scripts/gpu/slim_tree.sh" in listed
+    assert not any(p.startswith(("results/", "docs/", "kernels_generated/")) for p in listed)
+    assert ".slim_tracked" in _git(repo, "ls-files")                 # committed: the tree stays clean
+    assert _slim(repo, "off").returncode == 0 and not (repo / ".slim_tracked").exists()

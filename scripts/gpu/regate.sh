@@ -17,8 +17,10 @@
 #
 #   here:    commit everything; `bash scripts/gpu/prepare-whl` once
 #   device:  call 1, carry [".whl"]:    mkdir -p /tmp/site && xz -dc .whl/site.tar.xz | tar xf - -C /tmp/site && touch /tmp/site/.ok
-#            call 2, carry [".device"]: source scripts/gpu/at_head.sh && export HARNESS_CACHE=/tmp/k3c &&
+#            call 2, carry [".device"]: AT_HEAD_STRICT=1 source scripts/gpu/at_head.sh && export HARNESS_CACHE=/tmp/k3c &&
 #                                       PHASE=checks bash scripts/gpu/regate.sh OP/ID OP/ID ...
+#            (AT_HEAD_STRICT=1: refuse a snapshot that would take in candidate folders that travelled
+#            untracked, e.g. a study's scratch renders; needs slim_tree.sh's .slim_tracked)
 #            call 3, carry [".device"]: ... PHASE=perf bash scripts/gpu/regate.sh OP/ID ...
 #            (each call within 30 s of the last, while the machine is warm: /tmp/site and the
 #            compile cache live there; a cold machine needs call 1 again)

@@ -12,7 +12,8 @@
 # with the call; under PATHs they are refused, since they would travel too). It commits
 # the removal of PATHs (nothing a benchmark or gate reads) on a branch `gpu-slim` made from HEAD,
 # so scripts/gpu/at_head.sh still sees a committed tree, and prints the call's size; `off` checks
-# the branch it came from out again and deletes `gpu-slim`. Commit what the call brought back
+# the branch it came from out again and deletes `gpu-slim`. The slim commit adds `.slim_tracked` (the
+# tracked files), from which scripts/gpu/at_head.sh tells which candidate folders travelled untracked. Commit what the call brought back
 # (results/...) only after `off`. While it is on, a pre-commit hook (installed by `on` unless the
 # repository has its own, removed by `off`) refuses commits on `gpu-slim`: work committed there
 # would vanish with the branch at `off` (session 17 did that once and had to cherry-pick it back).
@@ -36,6 +37,8 @@ case "${1:-}" in
     git checkout -q -b gpu-slim
     echo "$from" > "$state"
     git rm -rq -- "${paths[@]}"
+    # the tracked files as they travel: at_head.sh names the candidate folders that travel untracked
+    git ls-files > .slim_tracked && git add .slim_tracked
     git commit -qm "slim tree for a device call (without ${paths[*]})"
     if [ -e "$hook" ]; then
       echo "slim_tree.sh: $hook exists, so no commit guard: commit nothing until 'off'" >&2
