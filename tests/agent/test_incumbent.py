@@ -38,10 +38,13 @@ def _promoted(op: str) -> str:
     return next(e["candidate"] for e in read_manifest(REPO) if e["op"] == op)
 
 
-def _other_candidate(op: str) -> str:
+def _other_candidate(op: str, covering: tuple[Point, ...] = ()) -> str:
+    """The first candidate folder (by id) that is not the op's first promoted kernel and whose scope
+    contains every point of `covering` (narrow candidates, e.g. a TP16-only one, sort anywhere)."""
     promoted = _promoted(op)
     return next(p.name for p in sorted((REPO / "kernels_generated" / op).iterdir())
-                if p.is_dir() and p.name != promoted)
+                if p.is_dir() and p.name != promoted
+                and all(load_candidate(op, p.name).scope.contains(pt) for pt in covering))
 
 
 def _install_promoted(root: Path) -> tuple[str, dict]:
@@ -247,7 +250,7 @@ def test_the_worker_is_told_where_the_incumbent_may_run(monkeypatch):
     skinny = load_candidate("skinny_gemm", _skinny_entries()[1])
     pts = [Point(batch=1, tp=8, shape=skinny.scope.shapes[0]), Point(batch=1, tp=8, shape="kda_in_proj")]
     assert "kda_in_proj" not in skinny.scope.shapes
-    wide = load_candidate("skinny_gemm", _other_candidate("skinny_gemm"))
+    wide = load_candidate("skinny_gemm", _other_candidate("skinny_gemm", covering=tuple(pts)))
     ev.evaluate_candidate(wide, pts, incumbent=skinny, run_gpu=True, check_static=False)
     assert [p["incumbents"] for p in jobs[0]["points"]] == [[0], []]
     assert jobs[0]["incumbents"] == [{"id": skinny.id, "path": str(skinny.kernel_path), "archs": list(skinny.scope.archs)}]
