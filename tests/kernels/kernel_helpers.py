@@ -4,6 +4,7 @@ collected together, e.g. `pytest tests/kernels tests/model`)."""
 from __future__ import annotations
 
 import importlib.util
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +102,28 @@ def ptx_entries_by_name(ptx: str) -> dict[str, str]:
 def swapab_kernels(kernel_path: Path, dump_dir: Path, tp: int, shape: str) -> tuple[str, str]:
     """(small, large): the PTX bodies of a swap-AB GEMM candidate's B <= SMALL_M kernel and its B <= 64
     kernel (SkinnyGemmLarge), compiled for sm_90a at TP `tp` for the named shape."""
-    entries = ptx_entries_by_name(compiled_ptx(kernel_path, dump_dir, tp=tp, shape=shape))
+    return _small_large(compiled_ptx(kernel_path, dump_dir, tp=tp, shape=shape))
+
+
+@lru_cache(maxsize=None)
+def source_ptx(source: str, tp: int, shape: str) -> str:
+    """compiled_ptx of a kernel.py given as text (a variant_source render), once per distinct source,
+    TP and shape in a test process (a base kernel serves several tests)."""
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="src_ptx_"))
+    (d / "k").mkdir()
+    (d / "k" / "kernel.py").write_text(source)
+    return compiled_ptx(d / "k" / "kernel.py", d, tp=tp, shape=shape)
+
+
+def swapab_source_kernels(source: str, tp: int, shape: str) -> tuple[str, str]:
+    """swapab_kernels of a kernel.py given as text (cached through source_ptx)."""
+    return _small_large(source_ptx(source, tp, shape))
+
+
+def _small_large(ptx: str) -> tuple[str, str]:
+    entries = ptx_entries_by_name(ptx)
     small = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
     large = [b for n, b in entries.items() if "SkinnyGemmLarge" in n]
     assert len(small) == 1 and len(large) == 1, list(entries)

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.promotion import read_manifest
+from harness.toolchain.candidate import list_candidates
 from kernel_helpers import ROOT, swapab_kernels, without_kernel_ids
 
 KNOBS = {"xlarge": True, "unroll_large": 4}
@@ -27,28 +29,24 @@ def _points() -> list[dict]:
 
 def _incumbent(pt: dict) -> dict:
     """The promoted entry the point replaces (its id starts with the label's prefix)."""
-    manifest = json.loads((ROOT / "kernels_generated/promoted.json").read_text())
     prefix = pt["label"].split("_")[0]
-    found = [e for e in manifest if e["op"] == "skinny_gemm" and e["candidate"].startswith(prefix)]
+    found = [e for e in read_manifest(ROOT) if e["op"] == "skinny_gemm" and e["candidate"].startswith(prefix)]
     assert len(found) == 1, (pt["label"], found)
     return found[0]
 
 
 def _candidate_dir(pt: dict) -> Path:
-    """The committed folder rendered from the point (its template params are the point's)."""
-    for cj in sorted((ROOT / "kernels_generated/skinny_gemm").glob("*/candidate.json")):
-        c = json.loads(cj.read_text())
-        tpl = c["provenance"].get("template") or {}
-        if c["provenance"]["author"] == "human" and tpl.get("params") == pt["params"] \
-                and c["scope"]["batch"] == pt["scope"]["batch"] and c["scope"]["shapes"] == pt["scope"]["shapes"] \
-                and c["scope"]["tp"] == pt["scope"]["tp"]:
-            return cj.parent
+    """The committed folder rendered from the point (its template and scope are the point's)."""
+    for c in list_candidates("skinny_gemm"):
+        sc = c.scope.to_json()
+        if c.provenance.author == "human" and c.provenance.template == {"family": pt["family"], "params": pt["params"]} \
+                and {k: sc[k] for k in pt["scope"]} == pt["scope"]:
+            return c.path
     raise AssertionError(f"no committed folder for {pt['label']}: run prompts/kernels/render_human.py")
 
 
 def test_one_point_per_promoted_skinny_kernel():
-    manifest = json.loads((ROOT / "kernels_generated/promoted.json").read_text())
-    promoted = {e["candidate"][:6] for e in manifest if e["op"] == "skinny_gemm"}
+    promoted = {e["candidate"][:6] for e in read_manifest(ROOT) if e["op"] == "skinny_gemm"}
     assert {p["label"].split("_")[0] for p in _points()} == promoted
 
 

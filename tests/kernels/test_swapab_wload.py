@@ -11,13 +11,10 @@ The GPU checks the sums (bench_kernels.py's correctness check, the numerics_unit
 from __future__ import annotations
 
 import re
-import tempfile
-from functools import lru_cache
-from pathlib import Path
 
 import pytest
 
-from kernel_helpers import ROOT, load_module, swapab_kernels, template_params, variant_source
+from kernel_helpers import ROOT, load_module, swapab_source_kernels, template_params, variant_source
 
 PROMOTED = "268009f21621"            # wload=pf128nol1, xpre, unroll 6
 PLAIN = "fcb21beff05f"               # the same GEMM without either knob
@@ -30,14 +27,10 @@ QUALIFIERS = {                       # knob value -> the ld.global qualifiers of
 }
 
 
-@lru_cache(maxsize=None)
 def _latent_down(source: str) -> tuple[str, str]:
     """(small, large) PTX of a skinny kernel source at TP8 latent_down, compiled once per distinct source
     (268009 and the plain kernel serve several tests)."""
-    d = Path(tempfile.mkdtemp(prefix="sk_wload_"))
-    (d / "k").mkdir()
-    (d / "k" / "kernel.py").write_text(source)
-    return swapab_kernels(d / "k" / "kernel.py", d, 8, "latent_down")
+    return swapab_source_kernels(source, 8, "latent_down")
 
 
 def _committed(cid: str) -> str:

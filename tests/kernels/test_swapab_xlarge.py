@@ -11,23 +11,16 @@ The GPU checks the sums (bench_kernels.py's correctness check, the numerics_unit
 from __future__ import annotations
 
 import re
-import tempfile
-from functools import lru_cache
-from pathlib import Path
 
-from kernel_helpers import ROOT, swapab_kernels, template_params, variant_source
+from kernel_helpers import ROOT, swapab_source_kernels, template_params, variant_source
 
 BASE = "072140b6c70e"            # promoted at dense_down TP8 (B 1..8): bulk + TMA, 4 warps, unroll_large 2
 NT_LARGE = 8                     # 8-token MMA tiles per chunk of the B <= 64 kernel (LARGE_M = 64)
 
 
-@lru_cache(maxsize=None)
 def _dense_down(source: str) -> tuple[str, str]:
     """(small, large) PTX at TP8 dense_down, compiled once per distinct source."""
-    d = Path(tempfile.mkdtemp(prefix="sk_xlarge_"))
-    (d / "k").mkdir()
-    (d / "k" / "kernel.py").write_text(source)
-    return swapab_kernels(d / "k" / "kernel.py", d, 8, "dense_down")
+    return swapab_source_kernels(source, 8, "dense_down")
 
 
 def _loads_before_first_mma(ptx: str) -> int:

@@ -8,22 +8,15 @@ are the same; the GPU checks the sums (bench_kernels.py's correctness check)."""
 from __future__ import annotations
 
 import re
-import tempfile
-from functools import lru_cache
-from pathlib import Path
 
-from kernel_helpers import ROOT, compiled_ptx, ptx_entries_by_name, variant_source
+from kernel_helpers import ROOT, ptx_entries_by_name, source_ptx, variant_source
 
 BASE = "aadb176e313b"          # a committed swapab_xs point (8 warps, 8-CTA clusters)
 
 
-@lru_cache(maxsize=None)
 def _kernels(source: str) -> dict[str, str]:
     """Kernel name -> PTX body at TP8 latent_down (small and large kernel)."""
-    d = Path(tempfile.mkdtemp(prefix="xs_pipe_"))
-    (d / "k").mkdir()
-    (d / "k" / "kernel.py").write_text(source)
-    return ptx_entries_by_name(compiled_ptx(d / "k" / "kernel.py", d, tp=8, shape="latent_down"))
+    return ptx_entries_by_name(source_ptx(source, 8, "latent_down"))
 
 
 def _count(ptx: str, pattern: str) -> int:
