@@ -1,0 +1,162 @@
+"""The `lpipe` knob of the swap-AB GEMM template (prompts/kernels/_shared/_swapab_pipe.j2, session 58):
+the B <= 64 kernel as a pipelined tile GEMM (SkinnyGemmPipe), checked on the CPU.
+
+- its partition (pipe_plan / pipe_rank_blocks / pipe_out_pos, the functions the kernel traces) visits
+  every K block once and stores every output once, at every K3 shape and both TPs, and fits the H100's
+  shared memory;
+- its sums, emulated in that order (each rank's fp32 partial, ranks summed in order), match the reference;
+- the PTX: the ring's cp.async copies, commit groups and waits, 16-byte shared-memory fragment loads,
+  the MMA count of a stage, no local memory; the small kernel is the base's, instruction for instruction;
+- it compiles for sm_90a and sm_103a without spills.
+The GPU checks the sums of the real kernel (bench_kernels.py's correctness check, numerics_unit).
+"""
+from __future__ import annotations
+
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import torch
+
+import reference_impls
+from harness.compare import compare
+from harness.opdef import Point
+from reference_impls.skinny_gemm import SHAPE_NAMES, gemm_kn
+
+from kernel_helpers import ROOT, load_module, ptx_entries_by_name, source_ptx, variant_source, without_kernel_ids
+
+BASE = "072140b6c70e"             # promoted at dense_down TP8 (B 1..8): bulk + TMA, 4 warps
+SMEM_MAX_BYTES = 227 * 1024       # dynamic shared memory a CTA may use on sm_90
+# (lp_warps, lp_mtiles, lp_stages, lp_sblocks, lp_ctas, lp_cluster): the default and the corners of the
+# space (8 warps of 2 m-tiles: 256 rows a CTA; 4-block stages; 2 CTAs an SM; no cluster). 4 m-tiles a
+# warp is outside it: 255 registers and 176 bytes of spills on sm_103a at kda_in_proj.
+KNOBS = [(4, 2, 4, 2, 132, 8), (8, 1, 4, 2, 132, 8), (2, 1, 6, 1, 132, 2), (8, 2, 3, 2, 132, 8),
+         (4, 2, 3, 4, 132, 8), (4, 2, 3, 2, 264, 8), (2, 1, 2, 1, 264, 1)]
+
+
+def _over(knobs: tuple) -> dict:
+    w, mt, st, sb, ctas, cl = knobs
+    return dict(lpipe=True, lp_warps=w, lp_mtiles=mt, lp_stages=st, lp_sblocks=sb, lp_ctas=ctas, lp_cluster=cl)
+
+
+@lru_cache(maxsize=None)
+def _module(knobs: tuple):
+    d = Path(tempfile.mkdtemp(prefix="swapab-pipe-"))
+    (d / "kernel.py").write_text(variant_source("skinny_gemm", BASE, **_over(knobs)))
+    return load_module(d / "kernel.py", f"swapab_pipe_{'_'.join(map(str, knobs))}")
+
+
+def test_off_renders_the_committed_kernel():
+    """lpipe off (its default) renders the base byte for byte, whatever the lp_* knobs say."""
+    committed = (ROOT / "kernels_generated/skinny_gemm" / BASE / "kernel.py").read_text()
+    assert variant_source("skinny_gemm", BASE, lpipe=False) == committed
+    assert variant_source("skinny_gemm", BASE, lpipe=False, lp_warps=8, lp_stages=6) == committed
+
+
+@pytest.mark.parametrize("knobs", KNOBS, ids=str)
+def test_every_k_block_once_every_output_once_and_the_smem_fits(knobs):
+    m = _module(knobs)
+    for tp in (8, 16):
+        for shape in SHAPE_NAMES:
+            k, n = gemm_kn(shape, tp)
+            p = m.pipe_plan(k, n)
+            assert 1 <= p.ck <= m.PIPE_MAX_CLUSTER and p.n_blocks * m.PIPE_ROWS >= n > (p.n_blocks - 1) * m.PIPE_ROWS
+            seen = torch.zeros(p.kbt, dtype=torch.int32)
+            for rank in range(p.ck):
+                for blk in m.pipe_rank_blocks(p, rank):
+                    seen[blk] += 1
+            assert bool((seen == 1).all()), (shape, tp)
+            assert m.pipe_smem_bytes(p) <= SMEM_MAX_BYTES, (shape, tp, m.pipe_smem_bytes(p))
+    # one 8-token tile of one CTA: every (row, token) stored by exactly one (warp, lane, slot)
+    hits = torch.zeros(m.PIPE_ROWS, 8, dtype=torch.int32)
+    for warp in range(m.PIPE_WARPS):
+        for idx in range(m.PIPE_FRAG):
+            for ln in range(32):
+                dr, dt = m.pipe_out_pos(warp, idx, ln)
+                hits[dr, dt] += 1
+    assert bool((hits == 1).all())
+
+
+def _emulate(m, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """SkinnyGemmPipe's sums: per rank an fp32 partial over its K blocks in order (lane k reads
+    column 8t + 4s + q of a block: each once), the ranks' partials summed in rank order, one bf16
+    rounding. Rows past N are never stored."""
+    B, K = x.shape
+    N = w.shape[0]
+    p = m.pipe_plan(K, N)
+    perm = torch.tensor([8 * t + 4 * s + q for t in range(4) for s in range(2) for q in range(4)])
+    total = torch.zeros(B, N)
+    for rank in range(p.ck):
+        blocks = m.pipe_rank_blocks(p, rank)
+        if blocks:
+            cols = (torch.tensor(blocks)[:, None] * 32 + perm).flatten()
+            total += x.float()[:, cols] @ w.float()[:, cols].t()
+    return total.to(torch.bfloat16)
+
+
+@pytest.mark.parametrize("knobs", KNOBS[:3], ids=str)
+@pytest.mark.parametrize("shape,tp,batch", [("kda_in_proj", 8, 64), ("kda_in_proj", 16, 17), ("dense_down", 16, 33),
+                                            ("kda_f_b", 16, 64), ("mla_q_b", 16, 9), ("shared_down", 8, 40)])
+def test_emulated_sums_match_the_reference(knobs, shape, tp, batch):
+    m = _module(knobs)
+    defn = reference_impls.get("skinny_gemm")
+    inputs = defn.make_inputs(Point(tp=tp, batch=batch, shape=shape), torch.Generator().manual_seed(batch), "cpu")
+    res = compare(defn, {"out": _emulate(m, inputs["x"], inputs["weight"])}, defn.run_reference(inputs))
+    assert res.ok, res.summary()
+
+
+def _kernels(source: str, tp: int, shape: str) -> tuple[str, str]:
+    """(small, pipe): the PTX bodies of a render's B <= SMALL_M kernel and its SkinnyGemmPipe kernel."""
+    entries = ptx_entries_by_name(source_ptx(source, tp, shape))
+    small = [b for n, b in entries.items() if "SkinnyGemmPipe" not in n]
+    pipe = [b for n, b in entries.items() if "SkinnyGemmPipe" in n]
+    assert len(small) == 1 and len(pipe) == 1 and not any("SkinnyGemmLarge" in n for n in entries), list(entries)
+    return small[0], pipe[0]
+
+
+@pytest.mark.parametrize("knobs", [KNOBS[0], KNOBS[4]], ids=str)
+def test_the_ptx_streams_a_ring_and_leaves_the_small_kernel_alone(knobs):
+    m = _module(knobs)
+    src = variant_source("skinny_gemm", BASE, **_over(knobs))
+    small, pipe = _kernels(src, 8, "dense_down")
+    base_small, _ = _kernels(variant_source("skinny_gemm", BASE, **_over(KNOBS[0])), 8, "dense_down") \
+        if knobs != KNOBS[0] else (small, pipe)
+    from kernel_helpers import swapab_source_kernels
+    committed_small, _ = swapab_source_kernels((ROOT / "kernels_generated/skinny_gemm" / BASE / "kernel.py").read_text(),
+                                               8, "dense_down")
+    assert without_kernel_ids(small) == without_kernel_ids(committed_small) == without_kernel_ids(base_small)
+    k, n = gemm_kn("dense_down", 8)
+    p = m.pipe_plan(k, n)
+    per_stage = (m.PIPE_ROWS + m.LARGE_M) * 4 * m.PIPE_SB // m.PIPE_THREADS       # 16-byte copies a thread
+    issued = min(m.PIPE_STAGES - 1, p.nst) + 1                                    # prologue stages + the loop's
+    assert pipe.count("cp.async.cg.shared.global") == issued * per_stage
+    assert pipe.count("cp.async.commit_group") == m.PIPE_STAGES                   # one a prologue stage, one a loop trip
+    assert pipe.count("cp.async.wait_group") == 2                                 # the loop's, and the drain
+    # a stage's fragments: 2 weight vectors an m-tile and one x vector a token tile, per block
+    assert pipe.count("ld.shared.v4") == m.PIPE_SB * (2 * m.PIPE_MT + m.PIPE_NT)
+    assert pipe.count("mma.sync.aligned.m16n8k16") == m.PIPE_SB * m.PIPE_MT * m.PIPE_NT * 2
+    assert "ld.local" not in pipe and "st.local" not in pipe
+    assert pipe.count("barrier.cluster.arrive") == (2 if p.ck > 1 else 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
+def test_compiles_without_spills_with_16_byte_loads(arch, tmp_path):
+    """The default (4 warps of 2 m-tiles) and 8 warps of 2 (256 rows a CTA), at four shapes
+    (every ragged edge: N 6288 and 2112, K 128 on a one-rank plan, the widest K split)."""
+    import sys
+
+    from harness.toolchain.compile import compile_many
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from render_variant import render_variant
+
+    for knobs in (KNOBS[0], KNOBS[3]):
+        cand = render_variant("skinny_gemm", BASE, _over(knobs), root=tmp_path,
+                              scope_sets={"tp": [8, 16], "shapes": ["kda_in_proj", "mla_qkv_a", "kda_f_b", "dense_down"]})
+        plan = [(arch, 8, {"shape": s}) for s in ("kda_in_proj", "mla_qkv_a", "kda_f_b", "dense_down")]
+        for rep in compile_many(cand, plan):
+            assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
+            pipe = [k for k in rep.kernels if "SkinnyGemmPipe" in k.kernel]
+            assert len(pipe) == 1 and rep.spill_bytes == 0, rep.kernels
+            assert set(rep.global_loads_by_bits) == {"128"}, rep.global_loads_by_bits
