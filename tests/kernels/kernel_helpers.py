@@ -101,7 +101,8 @@ def ptx_entries_by_name(ptx: str) -> dict[str, str]:
 
 def swapab_kernels(kernel_path: Path, dump_dir: Path, tp: int, shape: str) -> tuple[str, str]:
     """(small, large): the PTX bodies of a swap-AB GEMM candidate's B <= SMALL_M kernel and its B <= 64
-    kernel (SkinnyGemmLarge), compiled for sm_90a at TP `tp` for the named shape."""
+    kernel (SkinnyGemmLarge, or SkinnyGemmPipe with lpipe), compiled for sm_90a at TP `tp` for the named
+    shape."""
     return _small_large(compiled_ptx(kernel_path, dump_dir, tp=tp, shape=shape))
 
 
@@ -122,10 +123,13 @@ def swapab_source_kernels(source: str, tp: int, shape: str) -> tuple[str, str]:
     return _small_large(source_ptx(source, tp, shape))
 
 
+LARGE_KERNELS = ("SkinnyGemmLarge", "SkinnyGemmPipe")     # the B <= 64 kernel's class: the loop's, or lpipe's
+
+
 def _small_large(ptx: str) -> tuple[str, str]:
     entries = ptx_entries_by_name(ptx)
-    small = [b for n, b in entries.items() if "SkinnyGemmLarge" not in n]
-    large = [b for n, b in entries.items() if "SkinnyGemmLarge" in n]
+    small = [b for n, b in entries.items() if not any(k in n for k in LARGE_KERNELS)]
+    large = [b for n, b in entries.items() if any(k in n for k in LARGE_KERNELS)]
     assert len(small) == 1 and len(large) == 1, list(entries)
     return small[0], large[0]
 

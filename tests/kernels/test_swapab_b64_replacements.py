@@ -1,7 +1,9 @@
 """The `<incumbent>_b64_xlarge` human points (session 57): each is a promoted skinny_gemm kernel
-(scope B 1..8) with `xlarge` on and unroll_large 4, scoped B 1..64, to replace it, so that its shapes
-run a kernel instead of the fp32 reference at B 16..64 (on the H100 these renders ran 0.28-1.31x
-cuBLAS's speed there; the reference is 2.5-10x slower than them: results/h100/session57).
+(scope B 1..8) with the B <= 64 kernel's knobs changed (xlarge on and unroll_large 4), scoped B 1..64,
+to replace it, so that its shapes run a kernel instead of the fp32 reference at B 16..64 (on the H100
+these renders ran 0.28-1.31x cuBLAS's speed there; the reference is 2.5-10x slower than them:
+results/h100/session57). REPLACEMENTS maps a label suffix to its knobs, for the next kind of point
+(e.g. lpipe's pipelined tile GEMM, session 58).
 
 Gating one needs its incumbent demoted first: the model gate decodes 4 rows, where the narrower
 incumbent would shadow it (README, "Next GPU work"). That is sound only if, at B 1..8, a replacement
@@ -19,20 +21,28 @@ from harness.promotion import read_manifest
 from harness.toolchain.candidate import list_candidates
 from kernel_helpers import ROOT, swapab_kernels, without_kernel_ids
 
-KNOBS = {"xlarge": True, "unroll_large": 4}
+# label suffix -> the knobs a replacement sets (every other param is its incumbent's)
+REPLACEMENTS = {
+    "_b64_xlarge": {"xlarge": True, "unroll_large": 4},
+}
 
 
 def _points() -> list[dict]:
     pts = json.loads((ROOT / "prompts/kernels/human_candidates.json").read_text())["candidates"]
-    return [p for p in pts if p["op"] == "skinny_gemm" and p["label"].endswith("_b64_xlarge")]
+    return [p for p in pts if p["op"] == "skinny_gemm" and p["label"].endswith(tuple(REPLACEMENTS))]
+
+
+def _knobs(pt: dict) -> dict:
+    return next(k for suffix, k in REPLACEMENTS.items() if pt["label"].endswith(suffix))
 
 
 def _incumbent(pt: dict) -> dict:
-    """The promoted entry the point replaces (its id starts with the label's prefix)."""
+    """The kernel the point replaces: the committed candidate whose id starts with the label's prefix,
+    as {"candidate", "scope"} (promoted, or demoted to gate the point: README, Next GPU work)."""
     prefix = pt["label"].split("_")[0]
-    found = [e for e in read_manifest(ROOT) if e["op"] == "skinny_gemm" and e["candidate"].startswith(prefix)]
-    assert len(found) == 1, (pt["label"], found)
-    return found[0]
+    found = [c for c in list_candidates("skinny_gemm") if c.id.startswith(prefix)]
+    assert len(found) == 1, (pt["label"], [c.id for c in found])
+    return {"candidate": found[0].id, "scope": found[0].scope.to_json()}
 
 
 def _candidate_dir(pt: dict) -> Path:
@@ -45,9 +55,12 @@ def _candidate_dir(pt: dict) -> Path:
     raise AssertionError(f"no committed folder for {pt['label']}: run prompts/kernels/render_human.py")
 
 
-def test_one_point_per_promoted_skinny_kernel():
-    promoted = {e["candidate"][:6] for e in read_manifest(ROOT) if e["op"] == "skinny_gemm"}
-    assert {p["label"].split("_")[0] for p in _points()} == promoted
+def test_every_promoted_skinny_kernel_has_an_xlarge_point():
+    """Each promoted B 1..8 kernel has its replacement (a demoted one keeps its point: the demotion is
+    reverted when the replacement fails its gates)."""
+    promoted = {e["candidate"][:6] for e in read_manifest(ROOT) if e["op"] == "skinny_gemm"
+                and e["scope"]["batch"] == [1, 8]}
+    assert promoted <= {p["label"].split("_")[0] for p in _points() if p["label"].endswith("_b64_xlarge")}
 
 
 @pytest.mark.parametrize("label", [p["label"] for p in _points()])
@@ -56,9 +69,10 @@ def test_the_incumbents_params_and_scope_but_the_large_kernel_knobs_and_b64(labe
     inc = _incumbent(pt)
     inc_params = json.loads((ROOT / "kernels_generated/skinny_gemm" / inc["candidate"] / "candidate.json")
                             .read_text())["provenance"]["template"]["params"]
-    assert {k: v for k, v in pt["params"].items() if k not in KNOBS} == \
-        {k: v for k, v in inc_params.items() if k not in KNOBS}
-    assert {k: pt["params"][k] for k in KNOBS} == KNOBS
+    knobs = _knobs(pt)
+    assert {k: v for k, v in pt["params"].items() if k not in knobs} == \
+        {k: v for k, v in inc_params.items() if k not in knobs}
+    assert {k: pt["params"][k] for k in knobs} == knobs
     assert pt["scope"] == {"tp": inc["scope"]["tp"], "batch": [1, 64], "shapes": inc["scope"]["shapes"]}
 
 
