@@ -160,3 +160,20 @@ def test_compiles_without_spills_with_16_byte_loads(arch, tmp_path):
             pipe = [k for k in rep.kernels if "SkinnyGemmPipe" in k.kernel]
             assert len(pipe) == 1 and rep.spill_bytes == 0, rep.kernels
             assert set(rep.global_loads_by_bits) == {"128"}, rep.global_loads_by_bits
+
+
+def test_lp_from_keeps_the_loop_kernel_for_the_batches_up_to_it(tmp_path):
+    """lp_from 16: three kernels (the small one, the loop's B <= 64 kernel, SkinnyGemmPipe), and the
+    dispatch runs the loop's up to B = 16, the pipe above; lp_from 0 (the default) renders two."""
+    assert "SmallMidLarge" not in variant_source("skinny_gemm", BASE, **_over(KNOBS[0]))
+    src = variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), lp_from=16)
+    names = list(ptx_entries_by_name(source_ptx(src, 8, "dense_down")))
+    assert len(names) == 3 and sum("SkinnyGemmLarge" in n for n in names) == 1 \
+        and sum("SkinnyGemmPipe" in n for n in names) == 1, names
+    (tmp_path / "kernel.py").write_text(src)
+    m = load_module(tmp_path / "kernel.py", "swapab_pipe_lp_from")
+    calls = []
+    dispatch = m.SmallMidLarge(*(lambda x, w, o, tag=tag: calls.append(tag) for tag in ("small", "loop", "pipe")))
+    for batch in (1, 8, 9, 16, 17, 64):
+        dispatch(torch.empty(batch, 32), None, None)
+    assert calls == ["small", "small", "loop", "loop", "pipe", "pipe"]
