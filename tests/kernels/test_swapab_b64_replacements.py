@@ -2,8 +2,8 @@
 (scope B 1..8) with the B <= 64 kernel's knobs changed (xlarge on and unroll_large 4), scoped B 1..64,
 to replace it, so that its shapes run a kernel instead of the fp32 reference at B 16..64 (on the H100
 these renders ran 0.28-1.31x cuBLAS's speed there; the reference is 2.5-10x slower than them:
-results/h100/session57). REPLACEMENTS maps a label suffix to its knobs, for the next kind of point
-(e.g. lpipe's pipelined tile GEMM, session 58).
+results/h100/session57). REPLACEMENTS maps a label suffix to its knobs: `_b64_pipe` (session 58) adds
+lpipe's pipelined tile GEMM for B 17..64 (lp_from 16), the xlarge loop still running B 9..16.
 
 Gating one needs its incumbent demoted first: the model gate decodes 4 rows, where the narrower
 incumbent would shadow it (README, "Next GPU work"). That is sound only if, at B 1..8, a replacement
@@ -24,6 +24,9 @@ from kernel_helpers import ROOT, swapab_kernels, without_kernel_ids
 # label suffix -> the knobs a replacement sets (every other param is its incumbent's)
 REPLACEMENTS = {
     "_b64_xlarge": {"xlarge": True, "unroll_large": 4},
+    # session 58: the xlarge loop up to B = 16, lpipe's 5e5b0f plan above it
+    "_b64_pipe": {"xlarge": True, "unroll_large": 4, "lpipe": True, "lp_warps": 4, "lp_mtiles": 1, "lp_stages": 3,
+                  "lp_sblocks": 2, "lp_ctas": 396, "lp_cluster": 8, "lp_from": 16},
 }
 
 
