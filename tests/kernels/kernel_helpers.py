@@ -339,14 +339,23 @@ def swapab_partial_sums(m, x, w, slices):
     B, K = x.shape
     N = w.shape[0]
     p = m.plan(K, N)
-    xf, wf = x.float(), w.float()
-    perm = torch.tensor([8 * t + 4 * s + q for t in range(4) for s in range(2) for q in range(4)])
-    assert sorted(perm.tolist()) == list(range(32))
+    wf = w.float()
     unroll = m.UNROLL if B <= m.SMALL_M else m.UNROLL_LARGE
     wpad = torch.cat([wf, wf[-1:].expand(p.n_blocks * m.ROWS - N, K)])
-    total = torch.zeros(B, p.n_blocks * m.ROWS)
-    for blocks in slices(p, unroll):
+    return k_block_sums(x, wpad, slices(p, unroll))[:, :N].to(torch.bfloat16)
+
+
+def k_block_sums(x, w, block_lists):
+    """fp32 [B, rows of w]: one fp32 partial per list of 32-wide K blocks (lane k reads column
+    8t + 4s + q of a block: each column once), the partials summed in the lists' order."""
+    import torch
+
+    perm = torch.tensor([8 * t + 4 * s + q for t in range(4) for s in range(2) for q in range(4)])
+    assert sorted(perm.tolist()) == list(range(32))
+    xf, wf = x.float(), w.float()
+    total = torch.zeros(x.shape[0], w.shape[0])
+    for blocks in block_lists:
         if blocks:
             cols = (torch.tensor(blocks)[:, None] * 32 + perm).flatten()
-            total += xf[:, cols] @ wpad[:, cols].t()
-    return total[:, :N].to(torch.bfloat16)
+            total += xf[:, cols] @ wf[:, cols].t()
+    return total

@@ -24,7 +24,8 @@ from harness.compare import compare
 from harness.opdef import Point
 from reference_impls.skinny_gemm import SHAPE_NAMES, gemm_kn
 
-from kernel_helpers import ROOT, load_module, ptx_entries_by_name, source_ptx, variant_source, without_kernel_ids
+from kernel_helpers import (ROOT, k_block_sums, load_module, ptx_entries_by_name, source_ptx, swapab_source_kernels,
+                            variant_source, without_kernel_ids)
 
 BASE = "072140b6c70e"             # promoted at dense_down TP8 (B 1..8): bulk + TMA, 4 warps
 SMEM_MAX_BYTES = 227 * 1024       # dynamic shared memory a CTA may use on sm_90
@@ -82,17 +83,8 @@ def _emulate(m, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """SkinnyGemmPipe's sums: per rank an fp32 partial over its K blocks in order (lane k reads
     column 8t + 4s + q of a block: each once), the ranks' partials summed in rank order, one bf16
     rounding. Rows past N are never stored."""
-    B, K = x.shape
-    N = w.shape[0]
-    p = m.pipe_plan(K, N)
-    perm = torch.tensor([8 * t + 4 * s + q for t in range(4) for s in range(2) for q in range(4)])
-    total = torch.zeros(B, N)
-    for rank in range(p.ck):
-        blocks = m.pipe_rank_blocks(p, rank)
-        if blocks:
-            cols = (torch.tensor(blocks)[:, None] * 32 + perm).flatten()
-            total += x.float()[:, cols] @ w.float()[:, cols].t()
-    return total.to(torch.bfloat16)
+    p = m.pipe_plan(x.shape[1], w.shape[0])
+    return k_block_sums(x, w, (m.pipe_rank_blocks(p, rank) for rank in range(p.ck))).to(torch.bfloat16)
 
 
 @pytest.mark.parametrize("knobs", KNOBS[:3], ids=str)
@@ -106,23 +98,14 @@ def test_emulated_sums_match_the_reference(knobs, shape, tp, batch):
     assert res.ok, res.summary()
 
 
-def _kernels(source: str, tp: int, shape: str) -> tuple[str, str]:
-    """(small, pipe): the PTX bodies of a render's B <= SMALL_M kernel and its SkinnyGemmPipe kernel."""
-    entries = ptx_entries_by_name(source_ptx(source, tp, shape))
-    small = [b for n, b in entries.items() if "SkinnyGemmPipe" not in n]
-    pipe = [b for n, b in entries.items() if "SkinnyGemmPipe" in n]
-    assert len(small) == 1 and len(pipe) == 1 and not any("SkinnyGemmLarge" in n for n in entries), list(entries)
-    return small[0], pipe[0]
-
-
 @pytest.mark.parametrize("knobs", [KNOBS[0], KNOBS[4]], ids=str)
 def test_the_ptx_streams_a_ring_and_leaves_the_small_kernel_alone(knobs):
     m = _module(knobs)
     src = variant_source("skinny_gemm", BASE, **_over(knobs))
-    small, pipe = _kernels(src, 8, "dense_down")
-    base_small, _ = _kernels(variant_source("skinny_gemm", BASE, **_over(KNOBS[0])), 8, "dense_down") \
-        if knobs != KNOBS[0] else (small, pipe)
-    from kernel_helpers import swapab_source_kernels
+    small, pipe = swapab_source_kernels(src, 8, "dense_down")
+    names = list(ptx_entries_by_name(source_ptx(src, 8, "dense_down")))
+    assert sum("SkinnyGemmPipe" in n for n in names) == 1 and not any("SkinnyGemmLarge" in n for n in names), names
+    base_small, _ = swapab_source_kernels(variant_source("skinny_gemm", BASE, **_over(KNOBS[0])), 8, "dense_down")
     committed_small, _ = swapab_source_kernels((ROOT / "kernels_generated/skinny_gemm" / BASE / "kernel.py").read_text(),
                                                8, "dense_down")
     assert without_kernel_ids(small) == without_kernel_ids(committed_small) == without_kernel_ids(base_small)
