@@ -200,7 +200,7 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
 # of the other sixteen. 12ecfe and 997e94: promoted in session 56 on H100 gate evidence; their rows
 # are session 56's H100 studies (results/h100/session56/bench_dense_gu{,16}.json). Take an id out
 # once an H200 run of it is committed.
-AWAITING_H200_BENCH = {("skinny_gemm", "072140b6c70e"), ("skinny_gemm", "d659fc07d743"),
+AWAITING_H200_BENCH = {("skinny_gemm", "072140b6c70e"),
                        ("gemm_situ_and_mul", "12ecfed9c4dc"), ("gemm_situ_and_mul", "997e949a948f"),
                        ("skinny_gemm", "99107d38543d")}
 
