@@ -584,9 +584,9 @@ def test_a_promoted_kernel_not_built_for_the_device_leaves_its_points_to_the_ref
     _, broad = _skinny_entries()
     inc = load_candidate("skinny_gemm", broad)
     only_103 = SimpleNamespace(scope=replace(inc.scope, archs=("sm_103a",)))
-    pts = [Point(batch=1, tp=8, shape="latent_down"), Point(batch=64, tp=8, shape="latent_down")]
+    pts = [Point(batch=1, tp=8, shape="latent_down"), Point(batch=1, tp=8, shape="mla_q_b")]
     assert covered_points([only_103], pts, "sm_90a") == set()
-    assert covered_points([only_103], pts, "sm_103a") == {pts[0]}          # B=64 is outside its batch range
+    assert covered_points([only_103], pts, "sm_103a") == {pts[0]}          # mla_q_b is outside its shapes
     assert covered_points([only_103], pts) == {pts[0]}                     # arch unknown: scope alone
     assert covered_points([inc, only_103], pts, "sm_90a") == {pts[0]}
 
