@@ -8,7 +8,11 @@ the B <= 64 kernel as a pipelined tile GEMM (SkinnyGemmPipe), checked on the CPU
 - the PTX: the ring's cp.async copies, commit groups and waits, 16-byte shared-memory fragment loads,
   the MMA count of a stage, no local memory; the small kernel is the base's, instruction for instruction;
 - it compiles for sm_90a and sm_103a without spills.
-The GPU checks the sums of the real kernel (bench_kernels.py's correctness check, numerics_unit).
+- lp_tclass (session 59): one unguarded main loop per token-tile class, the classes following small_m
+  and lp_from, the same MMAs per block into each accumulator (so the emulated sums still hold);
+  lp_xgroup splits a class's x loads; lp_minctas sets ptxas's launch bound;
+The GPU checks the sums of the real kernel (bench_kernels.py's correctness check, numerics_unit; and
+test_gpu_tclass_matches_the_reference_at_every_class_edge here, -m gpu).
 """
 from __future__ import annotations
 
@@ -160,3 +164,123 @@ def test_lp_from_keeps_the_loop_kernel_for_the_batches_up_to_it(tmp_path):
     for batch in (1, 8, 9, 16, 17, 64):
         dispatch(torch.empty(batch, 32), None, None)
     assert calls == ["small", "small", "loop", "loop", "pipe", "pipe"]
+
+
+TCLASS = dict(lp_tclass=True)
+
+
+@pytest.mark.parametrize("lp_from,classes", [(0, (8, 4, 2)), (16, (8, 4)), (32, (8,))])
+def test_tclass_builds_one_unguarded_main_loop_per_token_tile_class(lp_from, classes, tmp_path):
+    """The classes start at the B the pipe kernel first sees (small_m 8, or lp_from): a class of c
+    tiles runs B up to 8c. Per block every class loop loads the m-tiles' weight vectors and one x
+    vector a tile, and runs two MMAs a tile and m-tile: the MMAs that reach an accumulator are the
+    guarded loop's, in its order (k-step 0, then 1, block by block)."""
+    src = variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), **TCLASS, lp_from=lp_from)
+    (tmp_path / "kernel.py").write_text(src)
+    m = load_module(tmp_path / "kernel.py", f"swapab_tclass_{lp_from}")
+    assert m.PIPE_TCLASSES == classes
+    # the branch on B before the loops: B > 8 x (next class) runs this class
+    thresholds = [int(x) for x in __import__("re").findall(r"(?:el)?if M > (\d+):", src)]
+    assert thresholds == [8 * c for c in classes[1:]]
+    _, pipe = swapab_source_kernels(src, 8, "dense_down")
+    assert pipe.count("mma.sync.aligned.m16n8k16") == m.PIPE_SB * m.PIPE_MT * 2 * sum(classes)
+    assert pipe.count("ld.shared.v4") == m.PIPE_SB * (2 * m.PIPE_MT * len(classes) + sum(classes))
+    assert "ld.local" not in pipe and "st.local" not in pipe
+    # the small kernel is still the base's
+    small, _ = swapab_source_kernels(src, 8, "dense_down")
+    committed_small, _ = swapab_source_kernels((ROOT / "kernels_generated/skinny_gemm" / BASE / "kernel.py").read_text(),
+                                               8, "dense_down")
+    assert without_kernel_ids(small) == without_kernel_ids(committed_small)
+
+
+def test_tclass_off_and_its_helpers_off_render_the_session_58_pipe():
+    """lp_tclass false (the default) ignores lp_xgroup; lp_xgroup 0 renders lp_tclass's loop as
+    session 59's bench ran it (all of a class's x vectors first)."""
+    plain = variant_source("skinny_gemm", BASE, **_over(KNOBS[0]))
+    assert variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), lp_xgroup=4) == plain
+    assert "PIPE_TCLASSES" not in plain and "min_blocks_per_mp" not in plain
+    tc = variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), **TCLASS)
+    assert variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), **TCLASS, lp_xgroup=0) == tc
+    assert "for n0 in" not in tc and "for n0 in" in variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), **TCLASS,
+                                                                   lp_xgroup=4)
+
+
+def _block_runs(ptx: str) -> list[tuple[str, int]]:
+    """The kernel's shared-memory vector loads (L) and MMAs (M) in PTX order, as runs."""
+    from itertools import groupby
+
+    seq = ["L" if "ld.shared.v4" in ln else "M" for ln in ptx.splitlines() if "ld.shared.v4" in ln or "mma.sync" in ln]
+    return [(k, len(list(v))) for k, v in groupby(seq)]
+
+
+@pytest.mark.parametrize("xgroup", [0, 2, 4])
+def test_xgroup_loads_a_few_tiles_x_at_a_time_with_the_same_mmas(xgroup):
+    """lp_xgroup g: a class's x vectors in groups of g tiles, each group's MMAs before the next
+    group's loads (fewer live registers); 0: all of them first. Per block of a class of c tiles:
+    the m-tiles' weight vectors and the first group's x, its MMAs, then each further group's x and
+    its MMAs; each class's loop holds PIPE_SB such blocks."""
+    src = variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), **TCLASS, lp_from=16, lp_xgroup=xgroup)
+    _, pipe = swapab_source_kernels(src, 8, "dense_down")
+    mt, sb = KNOBS[0][1], KNOBS[0][3]
+    blocks = {}
+    for c in (8, 4):
+        g = min(xgroup or c, c)
+        blocks[c] = [("L", 2 * mt + g), ("M", 2 * mt * g)] + [("L", g), ("M", 2 * mt * g)] * (c // g - 1)
+    runs, seen = _block_runs(pipe), []
+    while runs:                                      # the class loops in whichever order the PTX has them
+        c = next(c for c, b in blocks.items() if runs[:len(b)] == b)
+        seen.append(c)
+        runs = runs[len(blocks[c]):]
+    assert sorted(seen) == sorted([8] * sb + [4] * sb)
+
+
+def test_minctas_sets_the_launch_bound():
+    src = variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), **TCLASS, lp_minctas=3)
+    assert "min_blocks_per_mp=PIPE_MINCTAS, preferred_smem_carveout=100" in src
+    _, pipe = swapab_source_kernels(src, 8, "dense_down")
+    assert ".minnctapersm 3" in pipe
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
+def test_tclass_plans_compile_without_spills(arch, tmp_path):
+    """Session 59's timed plan (5e5b0f's knobs + lp_tclass, lp_from 16) at the shapes of its three
+    replacement points, and lp_xgroup 4, which keeps the pipe kernel at 128 registers (4 CTAs an SM
+    of 128 threads; all 8 tiles' x at once needs about 156)."""
+    import sys
+
+    from harness.toolchain.compile import compile_many
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from render_variant import render_variant
+
+    plan_5e5b0f = dict(lpipe=True, lp_warps=4, lp_mtiles=1, lp_stages=3, lp_sblocks=2, lp_ctas=396, lp_cluster=8,
+                       lp_from=16, **TCLASS)
+    shapes = ["latent_down", "dense_down", "mla_q_b"]
+    for xgroup, max_regs in ((0, 168), (4, 128)):
+        cand = render_variant("skinny_gemm", BASE, dict(plan_5e5b0f, lp_xgroup=xgroup), root=tmp_path,
+                              scope_sets={"tp": [8, 16], "shapes": shapes})
+        for rep in compile_many(cand, [(arch, 8, {"shape": s}) for s in shapes]):
+            assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
+            pipe = [k for k in rep.kernels if "SkinnyGemmPipe" in k.kernel]
+            assert len(pipe) == 1 and rep.spill_bytes == 0, rep.kernels
+            assert pipe[0].registers <= max_regs, (xgroup, pipe[0].registers)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_tclass_matches_the_reference_at_every_class_edge(tmp_path):
+    """Each class's first and last B (9 and 16, 17 and 32, 33 and 64) with lp_tclass and lp_xgroup 4."""
+    src = variant_source("skinny_gemm", BASE, **_over((4, 1, 3, 2, 396, 8)), **TCLASS, lp_xgroup=4)
+    (tmp_path / "kernel.py").write_text(src)
+    m = load_module(tmp_path / "kernel.py", "swapab_tclass_gpu")
+    defn = reference_impls.get("skinny_gemm")
+    for shape in ("dense_down", "mla_q_b"):
+        compiled = m.compile(8, "--enable-tvm-ffi", shape=shape)
+        for batch in (9, 16, 17, 32, 33, 64):
+            point = Point(batch=batch, tp=8, shape=shape)
+            inp = defn.make_inputs(point, torch.Generator().manual_seed(batch), "cuda")
+            outs = defn.alloc_outputs(point, "cuda", poison=True)
+            m.launch(compiled, **inp, **outs)
+            torch.cuda.synchronize()
+            res = compare(defn, outs, defn.run_reference(inp), inp)
+            assert res.ok, f"{shape} B={batch}: {res.summary()}"
