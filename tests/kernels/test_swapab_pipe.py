@@ -228,7 +228,8 @@ def test_xgroup_loads_a_few_tiles_x_at_a_time_with_the_same_mmas(xgroup):
         blocks[c] = [("L", 2 * mt + g), ("M", 2 * mt * g)] + [("L", g), ("M", 2 * mt * g)] * (c // g - 1)
     runs, seen = _block_runs(pipe), []
     while runs:                                      # the class loops in whichever order the PTX has them
-        c = next(c for c, b in blocks.items() if runs[:len(b)] == b)
+        c = next((c for c, b in blocks.items() if runs[:len(b)] == b), None)
+        assert c is not None, f"no class's block pattern at {runs[:8]} (expected one of {blocks})"
         seen.append(c)
         runs = runs[len(blocks[c]):]
     assert sorted(seen) == sorted([8] * sb + [4] * sb)
