@@ -285,3 +285,81 @@ def test_gpu_tclass_matches_the_reference_at_every_class_edge(tmp_path):
             torch.cuda.synchronize()
             res = compare(defn, outs, defn.run_reference(inp), inp)
             assert res.ok, f"{shape} B={batch}: {res.summary()}"
+
+
+TMA = dict(lp_tclass=True, lp_tma=True)
+
+
+@pytest.mark.parametrize("knobs", [KNOBS[0], KNOBS[1], KNOBS[6]], ids=str)
+def test_tma_ring_is_filled_by_a_producer_warp_on_mbarriers(knobs, tmp_path):
+    """lp_tma: one more warp a CTA; it issues one TMA copy a block of W and one of x (2 x PIPE_SB a
+    stage, in one loop), on per-slot full mbarriers (count 1) and waits on per-slot empty ones (one
+    arrive a consumer warp). The consumers' class loops wait on full and arrive on empty, with no
+    CTA barrier a stage and no cp.async. The MMAs and fragment loads are lp_tclass's."""
+    src = variant_source("skinny_gemm", BASE, **_over(knobs), **TMA)
+    (tmp_path / "kernel.py").write_text(src)
+    m = load_module(tmp_path / "kernel.py", f"swapab_tma_{'_'.join(map(str, knobs))}")
+    assert m.PIPE_THREADS == 32 * (m.PIPE_WARPS + 1)
+    _, pipe = swapab_source_kernels(src, 8, "dense_down")
+    tc = variant_source("skinny_gemm", BASE, **_over(knobs), **TCLASS)
+    _, pipe_tc = swapab_source_kernels(tc, 8, "dense_down")
+    n_classes = len(m.PIPE_TCLASSES)
+    assert pipe.count("cp.async.bulk.tensor") == 2 * m.PIPE_SB
+    assert "cp.async.cg" not in pipe and "cp.async.commit_group" not in pipe
+    assert pipe.count("mbarrier.init") == 2 * m.PIPE_STAGES
+    assert pipe.count("mbarrier.try_wait") == 1 + n_classes            # the producer's empty, each class's full
+    assert pipe.count("mbarrier.arrive.expect_tx") == 1
+    k, n = gemm_kn("dense_down", 8)
+    # CTA barriers: after the mbarrier inits, and before the partials reuse the ring (cluster plans)
+    assert pipe.count("bar.sync") == 1 + (m.pipe_plan(k, n).ck > 1)
+    for op in ("mma.sync.aligned.m16n8k16", "ld.shared.v4"):
+        assert pipe.count(op) == pipe_tc.count(op), op
+    assert "ld.local" not in pipe and "st.local" not in pipe
+
+
+def test_tma_off_renders_lp_tclass_as_before():
+    tc = variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), **TCLASS)
+    assert variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), **TCLASS, lp_tma=False) == tc
+    pipe_src = tc.split("class SkinnyGemmPipe")[1]
+    assert "mbarrier" not in pipe_src and "make_tiled_tma_atom" not in pipe_src
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
+def test_tma_plans_compile_without_spills(arch, tmp_path):
+    """5e5b0f's plan with lp_tma at every ragged edge (N 6288 and 2112, the widest K split, K 128)."""
+    import sys
+
+    from harness.toolchain.compile import compile_many
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from render_variant import render_variant
+
+    shapes = ["kda_in_proj", "mla_qkv_a", "kda_f_b", "dense_down"]
+    cand = render_variant("skinny_gemm", BASE, dict(_over((4, 1, 3, 2, 396, 8)), **TMA, lp_xgroup=4), root=tmp_path,
+                          scope_sets={"tp": [8, 16], "shapes": shapes})
+    for rep in compile_many(cand, [(arch, 8, {"shape": s}) for s in shapes]):
+        assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
+        pipe = [k for k in rep.kernels if "SkinnyGemmPipe" in k.kernel]
+        assert len(pipe) == 1 and rep.spill_bytes == 0, rep.kernels
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("cluster", [8, 1], ids=["cluster", "no_cluster"])
+def test_gpu_tma_matches_the_reference_at_every_class_edge(cluster, tmp_path):
+    """lp_tma at each class's first and last B, with a split-K cluster and without (the producer warp
+    must hold no output), at a ragged N (mla_qkv_a: 2112 rows, 33 CTAs of 64) and dense_down."""
+    src = variant_source("skinny_gemm", BASE, **_over((4, 1, 3, 2, 396, cluster)), **TMA, lp_xgroup=4)
+    (tmp_path / "kernel.py").write_text(src)
+    m = load_module(tmp_path / "kernel.py", f"swapab_tma_gpu_{cluster}")
+    defn = reference_impls.get("skinny_gemm")
+    for shape in ("dense_down", "mla_qkv_a"):
+        compiled = m.compile(8, "--enable-tvm-ffi", shape=shape)
+        for batch in (9, 16, 17, 32, 33, 64):
+            point = Point(batch=batch, tp=8, shape=shape)
+            inp = defn.make_inputs(point, torch.Generator().manual_seed(batch), "cuda")
+            outs = defn.alloc_outputs(point, "cuda", poison=True)
+            m.launch(compiled, **inp, **outs)
+            torch.cuda.synchronize()
+            res = compare(defn, outs, defn.run_reference(inp), inp)
+            assert res.ok, f"{shape} B={batch}: {res.summary()}"
