@@ -317,6 +317,18 @@ def test_tma_ring_is_filled_by_a_producer_warp_on_mbarriers(knobs, tmp_path):
     assert "ld.local" not in pipe and "st.local" not in pipe
 
 
+def test_tma_works_with_the_guarded_loop_too():
+    """lp_tma without lp_tclass: one consumer loop (the session-58 body, a guard a token tile) fed by
+    the same producer warp."""
+    src = variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), lp_tma=True)
+    _, pipe = swapab_source_kernels(src, 8, "dense_down")
+    _, pipe_plain = swapab_source_kernels(variant_source("skinny_gemm", BASE, **_over(KNOBS[0])), 8, "dense_down")
+    assert pipe.count("cp.async.bulk.tensor") == 2 * KNOBS[0][3] and "cp.async.cg" not in pipe
+    assert pipe.count("mbarrier.try_wait") == 2                         # the producer's empty, the loop's full
+    for op in ("mma.sync.aligned.m16n8k16", "ld.shared.v4"):
+        assert pipe.count(op) == pipe_plain.count(op), op
+
+
 def test_tma_off_renders_lp_tclass_as_before():
     tc = variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), **TCLASS)
     assert variant_source("skinny_gemm", BASE, **_over(KNOBS[0]), **TCLASS, lp_tma=False) == tc
