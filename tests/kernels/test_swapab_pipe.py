@@ -10,12 +10,14 @@ the B <= 64 kernel as a pipelined tile GEMM (SkinnyGemmPipe), checked on the CPU
 - it compiles for sm_90a and sm_103a without spills.
 - lp_tclass (session 59): one unguarded main loop per token-tile class, the classes following small_m
   and lp_from, the same MMAs per block into each accumulator (so the emulated sums still hold);
-  lp_xgroup splits a class's x loads; lp_minctas sets ptxas's launch bound;
+  lp_xgroup splits a class's x loads; lp_minctas sets ptxas's launch bound; lp_tma fills the ring from a
+  producer warp by TMA on mbarriers (the copies, mbarriers and barriers in the PTX);
 The GPU checks the sums of the real kernel (bench_kernels.py's correctness check, numerics_unit; and
-test_gpu_tclass_matches_the_reference_at_every_class_edge here, -m gpu).
+the two -m gpu tests here, at every token-tile class edge).
 """
 from __future__ import annotations
 
+import re
 import tempfile
 from functools import lru_cache
 from pathlib import Path
@@ -127,25 +129,35 @@ def test_the_ptx_streams_a_ring_and_leaves_the_small_kernel_alone(knobs):
     assert pipe.count("barrier.cluster.arrive") == (2 if p.ck > 1 else 0)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
-def test_compiles_without_spills_with_16_byte_loads(arch, tmp_path):
-    """The default (4 warps of 2 m-tiles) and 8 warps of 2 (256 rows a CTA), at four shapes
-    (every ragged edge: N 6288 and 2112, K 128 on a one-rank plan, the widest K split)."""
+RAGGED_SHAPES = ["kda_in_proj", "mla_qkv_a", "kda_f_b", "dense_down"]   # N 6288 and 2112, K 128 on one rank, the widest K split
+
+
+def _compiled_pipes(arch: str, params: dict, shapes: list[str], root: Path) -> list:
+    """Compile a render of BASE with `params` for `arch` at TP8 and each shape (through the toolchain's
+    sandboxed compile, as the gates do); each report compiled, with no spills and exactly one
+    SkinnyGemmPipe kernel. Returns the reports."""
     import sys
 
     from harness.toolchain.compile import compile_many
     sys.path.insert(0, str(ROOT / "scripts"))
     from render_variant import render_variant
 
+    cand = render_variant("skinny_gemm", BASE, params, root=root, scope_sets={"tp": [8, 16], "shapes": shapes})
+    reps = list(compile_many(cand, [(arch, 8, {"shape": s}) for s in shapes]))
+    for rep in reps:
+        assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
+        pipe = [k for k in rep.kernels if "SkinnyGemmPipe" in k.kernel]
+        assert len(pipe) == 1 and rep.spill_bytes == 0, rep.kernels
+    assert len(reps) == len(shapes)
+    return reps
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
+def test_compiles_without_spills_with_16_byte_loads(arch, tmp_path):
+    """The default (4 warps of 2 m-tiles) and 8 warps of 2 (256 rows a CTA), at every ragged edge."""
     for knobs in (KNOBS[0], KNOBS[3]):
-        cand = render_variant("skinny_gemm", BASE, _over(knobs), root=tmp_path,
-                              scope_sets={"tp": [8, 16], "shapes": ["kda_in_proj", "mla_qkv_a", "kda_f_b", "dense_down"]})
-        plan = [(arch, 8, {"shape": s}) for s in ("kda_in_proj", "mla_qkv_a", "kda_f_b", "dense_down")]
-        for rep in compile_many(cand, plan):
-            assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
-            pipe = [k for k in rep.kernels if "SkinnyGemmPipe" in k.kernel]
-            assert len(pipe) == 1 and rep.spill_bytes == 0, rep.kernels
+        for rep in _compiled_pipes(arch, _over(knobs), RAGGED_SHAPES, tmp_path):
             assert set(rep.global_loads_by_bits) == {"128"}, rep.global_loads_by_bits
 
 
@@ -167,6 +179,25 @@ def test_lp_from_keeps_the_loop_kernel_for_the_batches_up_to_it(tmp_path):
 
 
 TCLASS = dict(lp_tclass=True)
+PLAN_5E5B0F = (4, 1, 3, 2, 396, 8)          # session 58's best lpipe plan (the _b64_pipe points'): 4 warps of 1 m-tile
+
+
+def _gpu_matches_reference_at_class_edges(src: str, name: str, shapes: tuple[str, ...], tmp_path: Path) -> None:
+    """The rendered kernel against the reference at TP8 and each class's first and last B (9 and 16, 17 and
+    32, 33 and 64), outputs poisoned first."""
+    (tmp_path / "kernel.py").write_text(src)
+    m = load_module(tmp_path / "kernel.py", name)
+    defn = reference_impls.get("skinny_gemm")
+    for shape in shapes:
+        compiled = m.compile(8, "--enable-tvm-ffi", shape=shape)
+        for batch in (9, 16, 17, 32, 33, 64):
+            point = Point(batch=batch, tp=8, shape=shape)
+            inp = defn.make_inputs(point, torch.Generator().manual_seed(batch), "cuda")
+            outs = defn.alloc_outputs(point, "cuda", poison=True)
+            m.launch(compiled, **inp, **outs)
+            torch.cuda.synchronize()
+            res = compare(defn, outs, defn.run_reference(inp), inp)
+            assert res.ok, f"{shape} B={batch}: {res.summary()}"
 
 
 @pytest.mark.parametrize("lp_from,classes", [(0, (8, 4, 2)), (16, (8, 4)), (32, (8,))])
@@ -180,7 +211,7 @@ def test_tclass_builds_one_unguarded_main_loop_per_token_tile_class(lp_from, cla
     m = load_module(tmp_path / "kernel.py", f"swapab_tclass_{lp_from}")
     assert m.PIPE_TCLASSES == classes
     # the branch on B before the loops: B > 8 x (next class) runs this class
-    thresholds = [int(x) for x in __import__("re").findall(r"(?:el)?if M > (\d+):", src)]
+    thresholds = [int(x) for x in re.findall(r"(?:el)?if M > (\d+):", src)]
     assert thresholds == [8 * c for c in classes[1:]]
     _, pipe = swapab_source_kernels(src, 8, "dense_down")
     assert pipe.count("mma.sync.aligned.m16n8k16") == m.PIPE_SB * m.PIPE_MT * 2 * sum(classes)
@@ -248,43 +279,20 @@ def test_tclass_plans_compile_without_spills(arch, tmp_path):
     """Session 59's timed plan (5e5b0f's knobs + lp_tclass, lp_from 16) at the shapes of its three
     replacement points, and lp_xgroup 4, which keeps the pipe kernel at 128 registers (4 CTAs an SM
     of 128 threads; all 8 tiles' x at once needs about 156)."""
-    import sys
-
-    from harness.toolchain.compile import compile_many
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from render_variant import render_variant
-
-    plan_5e5b0f = dict(lpipe=True, lp_warps=4, lp_mtiles=1, lp_stages=3, lp_sblocks=2, lp_ctas=396, lp_cluster=8,
-                       lp_from=16, **TCLASS)
-    shapes = ["latent_down", "dense_down", "mla_q_b"]
+    plan_5e5b0f = dict(_over(PLAN_5E5B0F), lp_from=16, **TCLASS)
     for xgroup, max_regs in ((0, 168), (4, 128)):
-        cand = render_variant("skinny_gemm", BASE, dict(plan_5e5b0f, lp_xgroup=xgroup), root=tmp_path,
-                              scope_sets={"tp": [8, 16], "shapes": shapes})
-        for rep in compile_many(cand, [(arch, 8, {"shape": s}) for s in shapes]):
-            assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
-            pipe = [k for k in rep.kernels if "SkinnyGemmPipe" in k.kernel]
-            assert len(pipe) == 1 and rep.spill_bytes == 0, rep.kernels
-            assert pipe[0].registers <= max_regs, (xgroup, pipe[0].registers)
+        for rep in _compiled_pipes(arch, dict(plan_5e5b0f, lp_xgroup=xgroup), ["latent_down", "dense_down", "mla_q_b"],
+                                   tmp_path):
+            pipe = next(k for k in rep.kernels if "SkinnyGemmPipe" in k.kernel)
+            assert pipe.registers <= max_regs, (xgroup, pipe.registers)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_gpu_tclass_matches_the_reference_at_every_class_edge(tmp_path):
-    """Each class's first and last B (9 and 16, 17 and 32, 33 and 64) with lp_tclass and lp_xgroup 4."""
-    src = variant_source("skinny_gemm", BASE, **_over((4, 1, 3, 2, 396, 8)), **TCLASS, lp_xgroup=4)
-    (tmp_path / "kernel.py").write_text(src)
-    m = load_module(tmp_path / "kernel.py", "swapab_tclass_gpu")
-    defn = reference_impls.get("skinny_gemm")
-    for shape in ("dense_down", "mla_q_b"):
-        compiled = m.compile(8, "--enable-tvm-ffi", shape=shape)
-        for batch in (9, 16, 17, 32, 33, 64):
-            point = Point(batch=batch, tp=8, shape=shape)
-            inp = defn.make_inputs(point, torch.Generator().manual_seed(batch), "cuda")
-            outs = defn.alloc_outputs(point, "cuda", poison=True)
-            m.launch(compiled, **inp, **outs)
-            torch.cuda.synchronize()
-            res = compare(defn, outs, defn.run_reference(inp), inp)
-            assert res.ok, f"{shape} B={batch}: {res.summary()}"
+    """lp_tclass with lp_xgroup 4 at each class's edges."""
+    src = variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **TCLASS, lp_xgroup=4)
+    _gpu_matches_reference_at_class_edges(src, "swapab_tclass_gpu", ("dense_down", "mla_q_b"), tmp_path)
 
 
 TMA = dict(lp_tclass=True, lp_tma=True)
@@ -339,20 +347,8 @@ def test_tma_off_renders_lp_tclass_as_before():
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
 def test_tma_plans_compile_without_spills(arch, tmp_path):
-    """5e5b0f's plan with lp_tma at every ragged edge (N 6288 and 2112, the widest K split, K 128)."""
-    import sys
-
-    from harness.toolchain.compile import compile_many
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from render_variant import render_variant
-
-    shapes = ["kda_in_proj", "mla_qkv_a", "kda_f_b", "dense_down"]
-    cand = render_variant("skinny_gemm", BASE, dict(_over((4, 1, 3, 2, 396, 8)), **TMA, lp_xgroup=4), root=tmp_path,
-                          scope_sets={"tp": [8, 16], "shapes": shapes})
-    for rep in compile_many(cand, [(arch, 8, {"shape": s}) for s in shapes]):
-        assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
-        pipe = [k for k in rep.kernels if "SkinnyGemmPipe" in k.kernel]
-        assert len(pipe) == 1 and rep.spill_bytes == 0, rep.kernels
+    """5e5b0f's plan with lp_tma at every ragged edge."""
+    _compiled_pipes(arch, dict(_over(PLAN_5E5B0F), **TMA, lp_xgroup=4), RAGGED_SHAPES, tmp_path)
 
 
 @pytest.mark.gpu
@@ -361,17 +357,5 @@ def test_tma_plans_compile_without_spills(arch, tmp_path):
 def test_gpu_tma_matches_the_reference_at_every_class_edge(cluster, tmp_path):
     """lp_tma at each class's first and last B, with a split-K cluster and without (the producer warp
     must hold no output), at a ragged N (mla_qkv_a: 2112 rows, 33 CTAs of 64) and dense_down."""
-    src = variant_source("skinny_gemm", BASE, **_over((4, 1, 3, 2, 396, cluster)), **TMA, lp_xgroup=4)
-    (tmp_path / "kernel.py").write_text(src)
-    m = load_module(tmp_path / "kernel.py", f"swapab_tma_gpu_{cluster}")
-    defn = reference_impls.get("skinny_gemm")
-    for shape in ("dense_down", "mla_qkv_a"):
-        compiled = m.compile(8, "--enable-tvm-ffi", shape=shape)
-        for batch in (9, 16, 17, 32, 33, 64):
-            point = Point(batch=batch, tp=8, shape=shape)
-            inp = defn.make_inputs(point, torch.Generator().manual_seed(batch), "cuda")
-            outs = defn.alloc_outputs(point, "cuda", poison=True)
-            m.launch(compiled, **inp, **outs)
-            torch.cuda.synchronize()
-            res = compare(defn, outs, defn.run_reference(inp), inp)
-            assert res.ok, f"{shape} B={batch}: {res.summary()}"
+    src = variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F[:5] + (cluster,)), **TMA, lp_xgroup=4)
+    _gpu_matches_reference_at_class_edges(src, f"swapab_tma_gpu_{cluster}", ("dense_down", "mla_qkv_a"), tmp_path)
