@@ -3,7 +3,8 @@
 to replace it, so that its shapes run a kernel instead of the fp32 reference at B 16..64 (on the H100
 these renders ran 0.28-1.31x cuBLAS's speed there; the reference is 2.5-10x slower than them:
 results/h100/session57). REPLACEMENTS maps a label suffix to its knobs: `_b64_pipe` (session 58) adds
-lpipe's pipelined tile GEMM for B 17..64 (lp_from 16), the xlarge loop still running B 9..16.
+lpipe's pipelined tile GEMM for B 17..64 (lp_from 16), the xlarge loop still running B 9..16;
+`_b64_tclass` (session 60) runs lpipe from B = 9 (lp_from 0) with lp_tclass.
 
 Gating one needs its incumbent demoted first: the model gate decodes 4 rows, where the narrower
 incumbent would shadow it (README, "Next GPU work"). That is sound only if, at B 1..8, a replacement
@@ -27,6 +28,9 @@ REPLACEMENTS = {
     # session 58: the xlarge loop up to B = 16, lpipe's 5e5b0f plan above it
     "_b64_pipe": {"xlarge": True, "unroll_large": 4, "lpipe": True, "lp_warps": 4, "lp_mtiles": 1, "lp_stages": 3,
                   "lp_sblocks": 2, "lp_ctas": 396, "lp_cluster": 8, "lp_from": 16},
+    # session 60: lpipe from B = 9, its main loop built per token-tile class (lp_tclass); no xlarge loop runs
+    "_b64_tclass": {"xlarge": True, "unroll_large": 4, "lpipe": True, "lp_warps": 4, "lp_mtiles": 1, "lp_stages": 3,
+                    "lp_sblocks": 2, "lp_ctas": 396, "lp_cluster": 8, "lp_from": 0, "lp_tclass": True},
 }
 
 
