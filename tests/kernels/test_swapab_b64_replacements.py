@@ -23,14 +23,15 @@ from harness.toolchain.candidate import list_candidates
 from kernel_helpers import ROOT, swapab_kernels, without_kernel_ids
 
 # label suffix -> the knobs a replacement sets (every other param is its incumbent's)
+XLARGE = {"xlarge": True, "unroll_large": 4}
+PIPE_5E5B0F = {**XLARGE, "lpipe": True, "lp_warps": 4, "lp_mtiles": 1, "lp_stages": 3, "lp_sblocks": 2, "lp_ctas": 396,
+               "lp_cluster": 8}                                   # session 58's lpipe plan
 REPLACEMENTS = {
-    "_b64_xlarge": {"xlarge": True, "unroll_large": 4},
+    "_b64_xlarge": XLARGE,
     # session 58: the xlarge loop up to B = 16, lpipe's 5e5b0f plan above it
-    "_b64_pipe": {"xlarge": True, "unroll_large": 4, "lpipe": True, "lp_warps": 4, "lp_mtiles": 1, "lp_stages": 3,
-                  "lp_sblocks": 2, "lp_ctas": 396, "lp_cluster": 8, "lp_from": 16},
+    "_b64_pipe": {**PIPE_5E5B0F, "lp_from": 16},
     # session 60: lpipe from B = 9, its main loop built per token-tile class (lp_tclass); no xlarge loop runs
-    "_b64_tclass": {"xlarge": True, "unroll_large": 4, "lpipe": True, "lp_warps": 4, "lp_mtiles": 1, "lp_stages": 3,
-                    "lp_sblocks": 2, "lp_ctas": 396, "lp_cluster": 8, "lp_from": 0, "lp_tclass": True},
+    "_b64_tclass": {**PIPE_5E5B0F, "lp_from": 0, "lp_tclass": True},
 }
 
 
