@@ -130,7 +130,8 @@ def _small_large(ptx: str) -> tuple[str, str]:
     entries = ptx_entries_by_name(ptx)
     small = [b for n, b in entries.items() if not any(k in n for k in LARGE_KERNELS)]
     # with lpipe's lp_from both B <= 64 kernels are compiled: the pipe is the one that runs at B = 64
-    large = [b for n, b in entries.items() if "SkinnyGemmPipe" in n] or \
+    # (with lp_midpipe the other one is the pipe's twin, SkinnyGemmPipeMid)
+    large = [b for n, b in entries.items() if "SkinnyGemmPipe" in n and "SkinnyGemmPipeMid" not in n] or \
         [b for n, b in entries.items() if "SkinnyGemmLarge" in n]
     assert len(small) == 1 and len(large) == 1, list(entries)
     return small[0], large[0]

@@ -11,7 +11,8 @@ the B <= 64 kernel as a pipelined tile GEMM (SkinnyGemmPipe), checked on the CPU
 - lp_tclass (session 59): one unguarded main loop per token-tile class, the classes following small_m
   and lp_from, the same MMAs per block into each accumulator (so the emulated sums still hold);
   lp_xgroup splits a class's x loads; lp_minctas sets ptxas's launch bound; lp_tma fills the ring from a
-  producer warp by TMA on mbarriers (the copies, mbarriers and barriers in the PTX);
+  producer warp by TMA on mbarriers (the copies, mbarriers and barriers in the PTX); lp_midpipe (session 61)
+  runs B up to lp_from on a second pipe kernel filled by cp.async (SkinnyGemmPipeMid), lp_tma's above;
 The GPU checks the sums of the real kernel (bench_kernels.py's correctness check, numerics_unit; and
 the two -m gpu tests here, at every token-tile class edge).
 """
@@ -362,3 +363,85 @@ def test_gpu_tma_matches_the_reference_at_every_class_edge(cluster, tmp_path):
     must hold no output), at a ragged N (mla_qkv_a: 2112 rows, 33 CTAs of 64) and dense_down."""
     src = variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F[:5] + (cluster,)), **TMA, lp_xgroup=4)
     _gpu_matches_reference_at_class_edges(src, f"swapab_tma_gpu_{cluster}", ("dense_down", "mla_qkv_a"), tmp_path)
+
+
+MIDPIPE = dict(lp_tclass=True, lp_tma=True, lp_from=32, lp_midpipe=True)
+
+
+def test_midpipe_runs_a_cp_async_twin_up_to_lp_from_and_lp_tma_above(tmp_path):
+    """lp_midpipe (session 61) with lp_from 32 and lp_tma: three kernels. B 9..32 runs SkinnyGemmPipeMid,
+    the cp.async ring (no producer warp, no TMA, no mbarrier) with lp_tclass's loops for 4 and 2 token
+    tiles; B 33..64 runs SkinnyGemmPipe, lp_tma's producer warp with the 8-tile loop. Each kernel's MMAs
+    and fragment loads are those of its classes; the small kernel is still the base's."""
+    src = variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **MIDPIPE)
+    (tmp_path / "kernel.py").write_text(src)
+    m = load_module(tmp_path / "kernel.py", "swapab_midpipe")
+    assert m.PIPE_FROM == 32 and m.PIPE_TCLASSES == (8,) and m.PIPE_MID_TCLASSES == (4, 2)
+    assert m.PIPE_THREADS == 32 * (m.PIPE_WARPS + 1) and m.PIPE_MID_THREADS == 32 * m.PIPE_WARPS
+    entries = ptx_entries_by_name(source_ptx(src, 8, "dense_down"))
+    mid = [b for n, b in entries.items() if "SkinnyGemmPipeMid" in n]
+    assert len(entries) == 3 and len(mid) == 1, list(entries)
+    mid = mid[0]
+    small, pipe = swapab_source_kernels(src, 8, "dense_down")
+    assert without_kernel_ids(small) == _committed_small_ptx()
+    assert "cp.async.cg" in mid and "cp.async.bulk.tensor" not in mid and "mbarrier" not in mid
+    assert pipe.count("cp.async.bulk.tensor") == 2 * m.PIPE_SB and "cp.async.cg" not in pipe
+    for body, classes in ((mid, (4, 2)), (pipe, (8,))):
+        assert body.count("mma.sync.aligned.m16n8k16") == m.PIPE_SB * m.PIPE_MT * 2 * sum(classes)
+        assert body.count("ld.shared.v4") == m.PIPE_SB * (2 * m.PIPE_MT * len(classes) + sum(classes))
+        assert "ld.local" not in body and "st.local" not in body
+    calls = []
+    dispatch = m.SmallMidLarge(*(lambda x, w, o, tag=tag: calls.append(tag) for tag in ("small", "mid", "pipe")))
+    for batch in (1, 8, 9, 16, 17, 32, 33, 64):
+        dispatch(torch.empty(batch, 32), None, None)
+    assert calls == ["small", "small", "mid", "mid", "mid", "mid", "pipe", "pipe"]
+
+
+@pytest.mark.parametrize("lp_from,classes", [(16, (2,)), (32, (4, 2))])
+def test_midpipe_classes_are_those_of_the_batches_it_runs(lp_from, classes):
+    """The twin's loops cover B = small_m + 1 .. lp_from: one class (no branch) at lp_from 16."""
+    src = variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **dict(MIDPIPE, lp_from=lp_from))
+    assert f"PIPE_MID_TCLASSES = ({', '.join(map(str, classes))},)" in src
+    mid_src = src.split("class SkinnyGemmPipeMid")[1].split("def _compile_pipe_mid")[0]
+    assert [int(x) for x in re.findall(r"(?:el)?if M > (\d+):", mid_src)] == [8 * c for c in classes[1:]]
+    assert "mbarrier" not in mid_src and "make_tiled_tma_atom" not in mid_src
+
+
+def test_midpipe_off_or_without_lp_from_renders_as_before():
+    """lp_midpipe false (the default), or lp_from 0 (no mid kernel to replace), renders byte for byte what
+    the knob's absence did: every committed lpipe point stays as it is (test_rerender checks those)."""
+    for extra in (dict(lp_tma=True, lp_from=32), dict(lp_tma=True, lp_from=0), dict(lp_from=16)):
+        base = variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **TCLASS, **extra)
+        assert variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **TCLASS, **extra, lp_midpipe=False) == base
+        if extra["lp_from"] == 0:
+            assert variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **TCLASS, **extra, lp_midpipe=True) == base
+        assert "SkinnyGemmPipeMid" not in base
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
+def test_midpipe_compiles_both_pipes_without_spills(arch, tmp_path):
+    """ab4820's plan (b233cc's with lp_tclass) with lp_from 32, lp_tma and lp_midpipe at its four shapes:
+    both pipe kernels compile with no spills and 16-byte global loads only. (Not the ragged edges:
+    ab4820's small kernel, 072140's, spills 12 bytes on sm_103a at kda_f_b, outside its scope.)"""
+    shapes = ["dense_down", "kda_o_proj", "mla_o_proj", "mla_q_b"]
+    import sys
+
+    from harness.toolchain.compile import compile_many
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from render_variant import render_variant
+
+    cand = render_variant("skinny_gemm", "ab4820", {"lp_tma": True, "lp_from": 32, "lp_midpipe": True}, root=tmp_path,
+                          scope_sets={"tp": [8], "shapes": shapes})
+    for rep in compile_many(cand, [(arch, 8, {"shape": s}) for s in shapes]):
+        assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
+        assert rep.spill_bytes == 0 and sum("SkinnyGemmPipe" in k.kernel for k in rep.kernels) == 2, rep.kernels
+        assert set(rep.global_loads_by_bits) <= {"128"}, rep.global_loads_by_bits
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_midpipe_matches_the_reference_at_every_class_edge(tmp_path):
+    """Both pipes at each class's first and last B (9..32 the twin, 33..64 lp_tma's kernel), at a ragged N."""
+    src = variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **MIDPIPE, lp_xgroup=4)
+    _gpu_matches_reference_at_class_edges(src, "swapab_midpipe_gpu", ("dense_down", "mla_qkv_a"), tmp_path)
