@@ -138,22 +138,22 @@ def test_the_ptx_streams_a_ring_and_leaves_the_small_kernel_alone(knobs):
 RAGGED_SHAPES = ["kda_in_proj", "mla_qkv_a", "kda_f_b", "dense_down"]   # N 6288 and 2112, K 128 on one rank, the widest K split
 
 
-def _compiled_pipes(arch: str, params: dict, shapes: list[str], root: Path) -> list:
-    """Compile a render of BASE with `params` for `arch` at TP8 and each shape (through the toolchain's
-    sandboxed compile, as the gates do); each report compiled, with no spills and exactly one
-    SkinnyGemmPipe kernel. Returns the reports."""
+def _compiled_pipes(arch: str, params: dict, shapes: list[str], root: Path, base: str = BASE, pipes: int = 1) -> list:
+    """Compile a render of `base` with `params` for `arch` at TP8 and each shape (through the toolchain's
+    sandboxed compile, as the gates do); each report compiled, with no spills and exactly `pipes`
+    SkinnyGemmPipe kernels (2 with lp_midpipe's twin). Returns the reports."""
     import sys
 
     from harness.toolchain.compile import compile_many
     sys.path.insert(0, str(ROOT / "scripts"))
     from render_variant import render_variant
 
-    cand = render_variant("skinny_gemm", BASE, params, root=root, scope_sets={"tp": [8, 16], "shapes": shapes})
+    cand = render_variant("skinny_gemm", base, params, root=root, scope_sets={"tp": [8, 16], "shapes": shapes})
     reps = list(compile_many(cand, [(arch, 8, {"shape": s}) for s in shapes]))
     for rep in reps:
         assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
         pipe = [k for k in rep.kernels if "SkinnyGemmPipe" in k.kernel]
-        assert len(pipe) == 1 and rep.spill_bytes == 0, rep.kernels
+        assert len(pipe) == pipes and rep.spill_bytes == 0, rep.kernels
     assert len(reps) == len(shapes)
     return reps
 
@@ -411,10 +411,12 @@ def test_midpipe_off_or_without_lp_from_renders_as_before():
     """lp_midpipe false (the default), or lp_from 0 (no mid kernel to replace), renders byte for byte what
     the knob's absence did: every committed lpipe point stays as it is (test_rerender checks those)."""
     for extra in (dict(lp_tma=True, lp_from=32), dict(lp_tma=True, lp_from=0), dict(lp_from=16)):
-        base = variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **TCLASS, **extra)
-        assert variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **TCLASS, **extra, lp_midpipe=False) == base
+        def render(**midpipe):
+            return variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **TCLASS, **extra, **midpipe)
+        base = render()
+        assert render(lp_midpipe=False) == base
         if extra["lp_from"] == 0:
-            assert variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **TCLASS, **extra, lp_midpipe=True) == base
+            assert render(lp_midpipe=True) == base
         assert "SkinnyGemmPipeMid" not in base
 
 
@@ -425,17 +427,8 @@ def test_midpipe_compiles_both_pipes_without_spills(arch, tmp_path):
     both pipe kernels compile with no spills and 16-byte global loads only. (Not the ragged edges:
     ab4820's small kernel, 072140's, spills 12 bytes on sm_103a at kda_f_b, outside its scope.)"""
     shapes = ["dense_down", "kda_o_proj", "mla_o_proj", "mla_q_b"]
-    import sys
-
-    from harness.toolchain.compile import compile_many
-    sys.path.insert(0, str(ROOT / "scripts"))
-    from render_variant import render_variant
-
-    cand = render_variant("skinny_gemm", "ab4820", {"lp_tma": True, "lp_from": 32, "lp_midpipe": True}, root=tmp_path,
-                          scope_sets={"tp": [8], "shapes": shapes})
-    for rep in compile_many(cand, [(arch, 8, {"shape": s}) for s in shapes]):
-        assert rep.ok, f"{rep.message}\n{rep.diagnostics[-2000:]}"
-        assert rep.spill_bytes == 0 and sum("SkinnyGemmPipe" in k.kernel for k in rep.kernels) == 2, rep.kernels
+    for rep in _compiled_pipes(arch, {"lp_tma": True, "lp_from": 32, "lp_midpipe": True}, shapes, tmp_path,
+                               base="ab4820", pipes=2):
         assert set(rep.global_loads_by_bits) <= {"128"}, rep.global_loads_by_bits
 
 
