@@ -200,8 +200,7 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
 # of the other sixteen. 12ecfe and 997e94: promoted in session 56 on H100 gate evidence; their rows
 # are session 56's H100 studies (results/h100/session56/bench_dense_gu{,16}.json). Take an id out
 # once an H200 run of it is committed.
-AWAITING_H200_BENCH = {("skinny_gemm", "072140b6c70e"),
-                       ("gemm_situ_and_mul", "12ecfed9c4dc"), ("gemm_situ_and_mul", "997e949a948f"),
+AWAITING_H200_BENCH = {("gemm_situ_and_mul", "12ecfed9c4dc"), ("gemm_situ_and_mul", "997e949a948f"),
                        ("skinny_gemm", "99107d38543d"), ("skinny_gemm", "d4747b6662b4"),
                        ("skinny_gemm", "7e39195ca46f")}
 
@@ -259,8 +258,8 @@ def test_a_kernel_measured_only_on_another_card_says_where(sc):
     assert {(e["op"], e["candidate"]) for e in out["measured_elsewhere"]} == AWAITING_H200_BENCH
     assert all(e["gpu"] == "h100" and e["points"] > 0 for e in out["measured_elsewhere"])
     text = sc.report(ROOT, ops=["skinny_gemm"])
-    assert ("## skinny_gemm: promoted 072140b6c70e\nno committed benchmark on this card measured this candidate; "
-            "the H100 runs measured 16 points (harness scorecard --gpu h100)") in text
+    assert ("## skinny_gemm: promoted 99107d38543d\nno committed benchmark on this card measured this candidate; "
+            "the H100 runs measured 6 points (harness scorecard --gpu h100)") in text
     # the H100 runs time every promoted kernel, so none is measured only elsewhere
     assert json.loads(sc.report(ROOT, as_json=True, gpu_name="h100"))["measured_elsewhere"] == []
 
