@@ -196,13 +196,14 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
 
 
 # No H200 benchmark has timed these; H100 runs have (the H100 runs are left out of the H200
-# scorecard, sc.run_gpu). 072140 and d659fc: promoted in session 54 after that session's H200 bench
-# of the other sixteen. 12ecfe and 997e94: promoted in session 56 on H100 gate evidence; their rows
-# are session 56's H100 studies (results/h100/session56/bench_dense_gu{,16}.json). Take an id out
-# once an H200 run of it is committed.
+# scorecard, sc.run_gpu). 12ecfe and 997e94: promoted in session 56 on H100 gate evidence; their rows
+# are session 56's H100 studies (results/h100/session56/bench_dense_gu{,16}.json). The B 1..64
+# skinny_gemm replacements were gated on H100s: 99107d (session 58), d4747b and 7e3919 (session 59),
+# ab4820 (072140's, session 62); their rows are those sessions' H100 benches.
+# Take an id out once an H200 run of it is committed.
 AWAITING_H200_BENCH = {("gemm_situ_and_mul", "12ecfed9c4dc"), ("gemm_situ_and_mul", "997e949a948f"),
                        ("skinny_gemm", "99107d38543d"), ("skinny_gemm", "d4747b6662b4"),
-                       ("skinny_gemm", "7e39195ca46f")}
+                       ("skinny_gemm", "7e39195ca46f"), ("skinny_gemm", "ab4820525c8e")}
 
 
 def test_committed_results_cover_every_promoted_op(sc):
