@@ -134,7 +134,15 @@ def _small_large(ptx: str) -> tuple[str, str]:
     large = [b for n, b in entries.items() if "SkinnyGemmPipe" in n and "SkinnyGemmPipeMid" not in n] or \
         [b for n, b in entries.items() if "SkinnyGemmLarge" in n]
     assert len(small) == 1 and len(large) == 1, list(entries)
-    return small[0], large[0]
+    return _entry_code(small[0]), _entry_code(large[0])
+
+
+def _entry_code(body: str) -> str:
+    """An entry's PTX up to its closing brace: what follows it (the next kernel's `// .globl` name and
+    shared-memory declarations) depends on which kernel the module compiles next, not on this one."""
+    end = body.rfind("\n}")
+    assert end > 0, body[:200]
+    return body[:end + 2]
 
 
 def without_kernel_ids(ptx: str) -> str:

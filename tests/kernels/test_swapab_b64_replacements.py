@@ -4,7 +4,9 @@ to replace it, so that its shapes run a kernel instead of the fp32 reference at 
 these renders ran 0.28-1.31x cuBLAS's speed there; the reference is 2.5-10x slower than them:
 results/h100/session57). REPLACEMENTS maps a label suffix to its knobs: `_b64_pipe` (session 58) adds
 lpipe's pipelined tile GEMM for B 17..64 (lp_from 16), the xlarge loop still running B 9..16;
-`_b64_tclass` (session 60) runs lpipe from B = 9 (lp_from 0) with lp_tclass.
+`_b64_tclass` (session 60) runs lpipe from B = 9 (lp_from 0) with lp_tclass; `_b64_midpipe` (session 62)
+runs lp_tclass with a cp.async ring at B 9..32 (lp_midpipe's twin kernel) and lp_tma above, `_b64_midpipe_xg4`
+the same with lp_xgroup 4 (session 62's H100 bench: results/h100/session62).
 
 Gating one needs its incumbent demoted first: the model gate decodes 4 rows, where the narrower
 incumbent would shadow it (README, "Next GPU work"). That is sound only if, at B 1..8, a replacement
@@ -32,6 +34,10 @@ REPLACEMENTS = {
     "_b64_pipe": {**PIPE_5E5B0F, "lp_from": 16},
     # session 60: lpipe from B = 9, its main loop built per token-tile class (lp_tclass); no xlarge loop runs
     "_b64_tclass": {**PIPE_5E5B0F, "lp_from": 0, "lp_tclass": True},
+    # session 62: B 9..32 the cp.async twin (lp_midpipe), B 33..64 the lp_tma pipe, both per token-tile class
+    "_b64_midpipe": {**PIPE_5E5B0F, "lp_from": 32, "lp_tclass": True, "lp_tma": True, "lp_midpipe": True},
+    "_b64_midpipe_xg4": {**PIPE_5E5B0F, "lp_from": 32, "lp_tclass": True, "lp_tma": True, "lp_midpipe": True,
+                         "lp_xgroup": 4},
 }
 
 
