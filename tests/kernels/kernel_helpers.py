@@ -51,7 +51,7 @@ def kernel_entry(ptx: str, name: str) -> str:
     """The PTX body of the one kernel entry of class `name` (entry names carry `_k<class>_`)."""
     import re
 
-    found = [e for e in ptx.split(".entry ")[1:] if re.search(rf"_k{name}_", e.split("(", 1)[0])]
+    found = [e for e in ptx_entry_bodies(ptx) if re.search(rf"_k{name}_", e.split("(", 1)[0])]
     assert len(found) == 1, f"{len(found)} kernel entries of class {name}"
     return found[0]
 
@@ -94,9 +94,21 @@ def sync_counts(ptx: str) -> dict[str, int]:
             "ld_cluster": count(r"ld\.shared::cluster")}
 
 
+def ptx_entry_bodies(ptx: str) -> list[str]:
+    """Each kernel entry's PTX, from its name to its closing brace (the first `}` in column 0). What follows
+    an entry (the next kernel's `// .globl` name and shared-memory declarations) depends on which kernel
+    the module compiles next, not on this one, so it is left out."""
+    bodies = []
+    for part in ptx.split(".entry ")[1:]:
+        end = part.find("\n}")
+        assert end > 0, part[:200]
+        bodies.append(part[:end + 2])
+    return bodies
+
+
 def ptx_entries_by_name(ptx: str) -> dict[str, str]:
     """Full kernel entry name -> its PTX body (the names carry the class: SkinnyGemmLarge, KdaPersist, ...)."""
-    return {e.split("(", 1)[0]: e for e in ptx.split(".entry ")[1:]}
+    return {e.split("(", 1)[0]: e for e in ptx_entry_bodies(ptx)}
 
 
 def swapab_kernels(kernel_path: Path, dump_dir: Path, tp: int, shape: str) -> tuple[str, str]:
@@ -134,15 +146,7 @@ def _small_large(ptx: str) -> tuple[str, str]:
     large = [b for n, b in entries.items() if "SkinnyGemmPipe" in n and "SkinnyGemmPipeMid" not in n] or \
         [b for n, b in entries.items() if "SkinnyGemmLarge" in n]
     assert len(small) == 1 and len(large) == 1, list(entries)
-    return _entry_code(small[0]), _entry_code(large[0])
-
-
-def _entry_code(body: str) -> str:
-    """An entry's PTX up to its closing brace: what follows it (the next kernel's `// .globl` name and
-    shared-memory declarations) depends on which kernel the module compiles next, not on this one."""
-    end = body.rfind("\n}")
-    assert end > 0, body[:200]
-    return body[:end + 2]
+    return small[0], large[0]
 
 
 def without_kernel_ids(ptx: str) -> str:
@@ -155,7 +159,7 @@ def without_kernel_ids(ptx: str) -> str:
 
 def ptx_entries(ptx: str) -> dict[str, str]:
     """Kernel name prefix ('kernel_cutlass_gemm', 'kernel_cutlass_topk', ...) -> its PTX body."""
-    return {e.split("_kernel")[0] + "_kernel": e for e in ptx.split(".entry ")[1:]}
+    return {e.split("_kernel")[0] + "_kernel": e for e in ptx_entry_bodies(ptx)}
 
 
 def load_module(path: Path, name: str):

@@ -28,16 +28,16 @@ from kernel_helpers import ROOT, swapab_kernels, without_kernel_ids
 XLARGE = {"xlarge": True, "unroll_large": 4}
 PIPE_5E5B0F = {**XLARGE, "lpipe": True, "lp_warps": 4, "lp_mtiles": 1, "lp_stages": 3, "lp_sblocks": 2, "lp_ctas": 396,
                "lp_cluster": 8}                                   # session 58's lpipe plan
+# session 62: B 9..32 the cp.async twin (lp_midpipe), B 33..64 the lp_tma pipe, both per token-tile class
+MIDPIPE = {**PIPE_5E5B0F, "lp_from": 32, "lp_tclass": True, "lp_tma": True, "lp_midpipe": True}
 REPLACEMENTS = {
     "_b64_xlarge": XLARGE,
     # session 58: the xlarge loop up to B = 16, lpipe's 5e5b0f plan above it
     "_b64_pipe": {**PIPE_5E5B0F, "lp_from": 16},
     # session 60: lpipe from B = 9, its main loop built per token-tile class (lp_tclass); no xlarge loop runs
     "_b64_tclass": {**PIPE_5E5B0F, "lp_from": 0, "lp_tclass": True},
-    # session 62: B 9..32 the cp.async twin (lp_midpipe), B 33..64 the lp_tma pipe, both per token-tile class
-    "_b64_midpipe": {**PIPE_5E5B0F, "lp_from": 32, "lp_tclass": True, "lp_tma": True, "lp_midpipe": True},
-    "_b64_midpipe_xg4": {**PIPE_5E5B0F, "lp_from": 32, "lp_tclass": True, "lp_tma": True, "lp_midpipe": True,
-                         "lp_xgroup": 4},
+    "_b64_midpipe": MIDPIPE,
+    "_b64_midpipe_xg4": {**MIDPIPE, "lp_xgroup": 4},
 }
 
 
