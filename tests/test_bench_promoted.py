@@ -105,3 +105,22 @@ def test_skip_points_leaves_out_one_shape_at_one_tp(bench):
     for bad in ("kda_o_proj", "nope@8", "kda_o_proj@x"):
         with pytest.raises(SystemExit, match="shape@tp entries of known shapes"):
             bench.parse_skip_points(bad)
+
+
+def test_with_times_a_candidate_that_is_not_promoted_at_its_declared_scope(bp):
+    """`--with OP/ID`: a replacement gated in the same device session (b01a64, d4747b's midpipe
+    replacement, is a human point not in the manifest) is timed beside the promoted kernels, at the
+    scope its candidate.json declares; a bad entry is a one-line error."""
+    entries = json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())
+    [extra] = bp.with_entries("skinny_gemm/b01a64700952")
+    meta = json.loads((ROOT / "kernels_generated/skinny_gemm/b01a64700952/candidate.json").read_text())
+    assert extra == {"op": "skinny_gemm", "candidate": meta["id"], "scope": meta["scope"]}
+    assert all(e["candidate"] != meta["id"] for e in entries)
+    [skinny] = bp.plan(entries + [extra], ("skinny",))
+    assert "b01a64700952" in _arg(skinny.argv, "--candidates") and "dense_down" in _arg(skinny.argv, "--shapes")
+    for bad in ("skinny_gemm/nope", "b01a64700952", "skinny_gemm/"):
+        with pytest.raises(SystemExit, match="no candidate"):
+            bp.with_entries(bad)
+    p = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/bench_promoted.py"), "--plan", "--with", "x/y"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert p.returncode == 1 and "--with x/y: no candidate" in p.stderr and "Traceback" not in p.stderr

@@ -5,6 +5,8 @@ kernels_generated/promoted.json, so a new promotion is timed without editing a c
 
     source scripts/gpu/setup.sh && export OUT && python3 scripts/gpu/bench_promoted.py [--only G,...]
     python3 scripts/gpu/bench_promoted.py --plan [--json]        # the commands, nothing run (no GPU needed)
+    ... --with OP/ID[,OP/ID]   # also time these candidates (e.g. gated in the same device session, or
+                               # just demoted), each at its own declared scope (its candidate.json)
 
 Steps (`--only` picks some; a device call runs at most 600 s, so split them, e.g. `--only
 skinny,gemm,router` then `--only small,layers`; session 52's H100 took about 130 s for skinny and
@@ -90,6 +92,21 @@ def plan(entries: list[dict], only: tuple[str, ...] = STEPS) -> list[Step]:
     return steps
 
 
+def with_entries(spec: str) -> list[dict]:
+    """`--with OP/ID,...`: manifest-shaped entries for candidates that are not (or not yet) promoted,
+    each with the scope its candidate.json declares, so one run times a replacement beside the
+    kernels it would replace. SystemExit with a one-line message on a bad entry."""
+    entries = []
+    for item in (i for i in spec.split(",") if i):
+        op, _, cid = item.partition("/")
+        meta = ROOT / "kernels_generated" / op / cid / "candidate.json"
+        if not (op and cid) or not meta.is_file():
+            raise SystemExit(f"bench_promoted: --with {item}: no candidate kernels_generated/{op}/{cid} (give OP/ID)")
+        data = json.loads(meta.read_text())
+        entries.append({"op": op, "candidate": data["id"], "scope": data["scope"]})
+    return entries
+
+
 def run(steps: list[Step], out: Path) -> int:
     """Each step under its own timeout, its output in $OUT; the number of steps that failed."""
     failed = 0
@@ -114,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=",".join(STEPS), help=f"comma list of steps: {', '.join(STEPS)} (default all)")
     ap.add_argument("--plan", action="store_true", help="print the commands and run nothing")
     ap.add_argument("--json", action="store_true", help="with --plan: the steps as JSON")
+    ap.add_argument("--with", dest="extra", default="", metavar="OP/ID,...",
+                    help="also time these candidates, each at its declared scope (layers use the manifest only)")
     a = ap.parse_args(argv)
     only = tuple(s for s in a.only.split(",") if s)
     if unknown := [s for s in only if s not in STEPS]:
@@ -121,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     sys.path.insert(0, str(ROOT))
     entries = json.loads((ROOT / "kernels_generated" / "promoted.json").read_text())
+    known = {(e["op"], e["candidate"]) for e in entries}
+    entries += [e for e in with_entries(a.extra) if (e["op"], e["candidate"]) not in known]
     steps = plan(entries, only)
     if a.plan:
         if a.json:
