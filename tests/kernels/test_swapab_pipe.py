@@ -13,6 +13,7 @@ the B <= 64 kernel as a pipelined tile GEMM (SkinnyGemmPipe), checked on the CPU
   lp_xgroup splits a class's x loads; lp_minctas sets ptxas's launch bound; lp_tma fills the ring from a
   producer warp by TMA on mbarriers (the copies, mbarriers and barriers in the PTX); lp_midpipe (session 61)
   runs B up to lp_from on a second pipe kernel filled by cp.async (SkinnyGemmPipeMid), lp_tma's above;
+  lp_mid_stages / lp_mid_sblocks (session 63) give that twin its own ring;
 The GPU checks the sums of the real kernel (bench_kernels.py's correctness check, numerics_unit; and
 the two -m gpu tests here, at every token-tile class edge).
 """
@@ -438,3 +439,113 @@ def test_gpu_midpipe_matches_the_reference_at_every_class_edge(tmp_path):
     """Both pipes at each class's first and last B (9..32 the twin, 33..64 lp_tma's kernel), at a ragged N."""
     src = variant_source("skinny_gemm", BASE, **_over(PLAN_5E5B0F), **MIDPIPE, lp_xgroup=4)
     _gpu_matches_reference_at_class_edges(src, "swapab_midpipe_gpu", ("dense_down", "mla_qkv_a"), tmp_path)
+
+
+# lp_mid_stages / lp_mid_sblocks (session 63): the twin's own ring. Session 62's study: lp_tma's kernel was
+# fastest at B=64 on 4 stages of 1 block (303c81), the cp.async twin on ab4820's 3 of 2 (fd626c); shared
+# knobs gave the twin the deeper ring too (778419, slower). This point takes each kernel's best ring.
+RING_TMA = dict(lp_tma=True, lp_from=32, lp_midpipe=True, lp_stages=4, lp_sblocks=1)
+MID_RING = dict(lp_mid_stages=3, lp_mid_sblocks=2)
+
+
+def _class_src(src: str, cls: str) -> str:
+    """The text of class `cls` of a render, through its compile function."""
+    comp = {"SkinnyGemmPipeMid": "def _compile_pipe_mid", "SkinnyGemmPipe": "def _compile_pipe("}[cls]
+    return f"class {cls}:" + src.split(f"class {cls}:")[1].split(comp)[0]
+
+
+def test_mid_ring_knobs_unset_or_without_midpipe_render_as_before():
+    """0 (the default) keeps the twin on lp_stages / lp_sblocks, byte for byte; without lp_midpipe (no
+    twin) the knobs change nothing. test_rerender checks every committed point."""
+    def render(**kw):
+        return variant_source("skinny_gemm", "ab4820525c8e", **kw)
+    assert render(**RING_TMA, lp_mid_stages=0, lp_mid_sblocks=0) == render(**RING_TMA)
+    no_twin = dict(RING_TMA, lp_midpipe=False)
+    assert render(**no_twin, **MID_RING) == render(**no_twin)
+    assert "PIPE_MID_STAGES" not in render(**RING_TMA)
+
+
+def test_mid_ring_gives_the_twin_its_own_ring_and_plan(tmp_path):
+    """With lp_mid_*, SkinnyGemmPipeMid is the twin of the render whose shared ring is lp_mid_*'s (fd626c's),
+    its ring constants renamed; SkinnyGemmPipe is the lp_tma kernel of the render whose shared ring is
+    lp_stages / lp_sblocks'. Each plan (the twin's with PIPE_MID_SB) visits every K block once and fits
+    the shared memory, at every shape and TP."""
+    src = variant_source("skinny_gemm", "ab4820525c8e", **RING_TMA, **MID_RING)
+    (tmp_path / "kernel.py").write_text(src)
+    m = load_module(tmp_path / "kernel.py", "swapab_mid_ring")
+    assert (m.PIPE_STAGES, m.PIPE_SB, m.PIPE_MID_STAGES, m.PIPE_MID_SB) == (4, 1, 3, 2)
+    assert m.PIPE_MID_RING_BYTES == 3 * 2 * (m.PIPE_ROWS + m.LARGE_M) * 64 != m.PIPE_RING_BYTES
+    twin_of = variant_source("skinny_gemm", "ab4820525c8e", **dict(RING_TMA, lp_stages=3, lp_sblocks=2))
+    renamed = _class_src(twin_of, "SkinnyGemmPipeMid")
+    for old, new in (("PIPE_STAGES", "PIPE_MID_STAGES"), ("PIPE_SB", "PIPE_MID_SB"),
+                     ("PIPE_W_ELEMS", "PIPE_MID_W_ELEMS"), ("pipe_smem_bytes", "pipe_mid_smem_bytes")):
+        renamed = re.sub(rf"\b{old}\b", new, renamed)
+    assert _class_src(src, "SkinnyGemmPipeMid") == renamed
+    assert _class_src(src, "SkinnyGemmPipe") == _class_src(variant_source("skinny_gemm", "ab4820525c8e", **RING_TMA),
+                                                           "SkinnyGemmPipe")
+    assert "_compile_pipe_mid(pipe_plan(k, n, PIPE_MID_SB), options)" in src
+    differs = 0
+    for tp in (8, 16):
+        for shape in SHAPE_NAMES:
+            k, n = gemm_kn(shape, tp)
+            for p, sb, smem in ((m.pipe_plan(k, n), m.PIPE_SB, m.pipe_smem_bytes),
+                                (m.pipe_plan(k, n, m.PIPE_MID_SB), m.PIPE_MID_SB, m.pipe_mid_smem_bytes)):
+                assert p.nst == -(-p.kb // sb)
+                seen = torch.zeros(p.kbt, dtype=torch.int32)
+                for rank in range(p.ck):
+                    for blk in m.pipe_rank_blocks(p, rank, sb):
+                        seen[blk] += 1
+                assert bool((seen == 1).all()), (shape, tp, sb)
+                assert smem(p) <= SMEM_MAX_BYTES
+            differs += m.pipe_plan(k, n) != m.pipe_plan(k, n, m.PIPE_MID_SB)
+    assert differs == 2 * len(SHAPE_NAMES)          # every twin plan streams 2-block stages, half as many
+
+
+@pytest.mark.parametrize("shape,tp,batch", [("kda_f_b", 8, 9), ("dense_down", 8, 32), ("mla_qkv_a", 16, 17)])
+def test_mid_ring_emulated_sums_match_the_reference(shape, tp, batch, tmp_path):
+    """The twin's sums in its own plan's order (kda_f_b: one rank where the lp_tma kernel's plan has two)."""
+    src = variant_source("skinny_gemm", "ab4820525c8e", **RING_TMA, **MID_RING)
+    (tmp_path / "kernel.py").write_text(src)
+    m = load_module(tmp_path / "kernel.py", f"swapab_mid_ring_{shape}_{tp}")
+    defn = reference_impls.get("skinny_gemm")
+    inputs = defn.make_inputs(Point(tp=tp, batch=batch, shape=shape), torch.Generator().manual_seed(batch), "cpu")
+    p = m.pipe_plan(inputs["x"].shape[1], inputs["weight"].shape[0], m.PIPE_MID_SB)
+    out = k_block_sums(inputs["x"], inputs["weight"], (m.pipe_rank_blocks(p, r, m.PIPE_MID_SB) for r in range(p.ck)))
+    res = compare(defn, {"out": out.to(torch.bfloat16)}, defn.run_reference(inputs))
+    assert res.ok, res.summary()
+
+
+def test_mid_ring_ptx_streams_each_kernel_through_its_own_ring():
+    """The twin's PTX is fd626c-like's twin instruction for instruction (3 slots of 2 blocks: cp.async
+    groups, fragment loads and MMAs of 2 blocks a stage); the lp_tma kernel copies 1 block a stage."""
+    src = variant_source("skinny_gemm", "ab4820525c8e", **RING_TMA, **MID_RING)
+    twin_of = variant_source("skinny_gemm", "ab4820525c8e", **dict(RING_TMA, lp_stages=3, lp_sblocks=2))
+    kernels = {}
+    for tag, s in (("new", src), ("twin_of", twin_of), ("tma_of", variant_source("skinny_gemm", "ab4820525c8e", **RING_TMA))):
+        entries = ptx_entries_by_name(source_ptx(s, 8, "dense_down"))
+        kernels[tag] = {c: without_kernel_ids(next(b for n, b in entries.items() if c in n and (c != "SkinnyGemmPipe" or "Mid" not in n)))
+                        for c in ("SkinnyGemmPipeMid", "SkinnyGemmPipe")}
+    assert kernels["new"]["SkinnyGemmPipeMid"] == kernels["twin_of"]["SkinnyGemmPipeMid"]
+    assert kernels["new"]["SkinnyGemmPipe"] == kernels["tma_of"]["SkinnyGemmPipe"]
+    mid, pipe = kernels["new"]["SkinnyGemmPipeMid"], kernels["new"]["SkinnyGemmPipe"]
+    assert mid.count("mma.sync.aligned.m16n8k16") == 2 * 1 * 2 * (4 + 2)       # SB 2, 1 m-tile, 2 k-steps, 4 + 2 tiles
+    assert pipe.count("mma.sync.aligned.m16n8k16") == 1 * 1 * 2 * 8             # SB 1, the 8-tile class
+    assert pipe.count("cp.async.bulk.tensor") == 2 * 1 and "cp.async.cg" not in pipe
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_103a"])
+def test_mid_ring_compiles_both_pipes_without_spills(arch, tmp_path):
+    """ab4820 + lp_from 32, lp_tma, lp_midpipe, the lp_tma ring 4 x 1 and the twin's 3 x 2, at ab4820's four shapes."""
+    params = {"lp_tma": True, "lp_from": 32, "lp_midpipe": True, "lp_stages": 4, "lp_sblocks": 1, **MID_RING}
+    for rep in _compiled_pipes(arch, params, ["dense_down", "kda_o_proj", "mla_o_proj", "mla_q_b"], tmp_path,
+                               base="ab4820", pipes=2):
+        assert set(rep.global_loads_by_bits) <= {"128"}, rep.global_loads_by_bits
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_mid_ring_matches_the_reference_at_every_class_edge(tmp_path):
+    """Both pipes on their own rings at each class's first and last B, at dense_down and a ragged N."""
+    src = variant_source("skinny_gemm", "ab4820525c8e", **RING_TMA, **MID_RING)
+    _gpu_matches_reference_at_class_edges(src, "swapab_mid_ring_gpu", ("dense_down", "mla_qkv_a"), tmp_path)
