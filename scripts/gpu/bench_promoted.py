@@ -96,14 +96,17 @@ def with_entries(spec: str) -> list[dict]:
     """`--with OP/ID,...`: manifest-shaped entries for candidates that are not (or not yet) promoted,
     each with the scope its candidate.json declares, so one run times a replacement beside the
     kernels it would replace. SystemExit with a one-line message on a bad entry."""
+    from harness.errors import UserError
+    from harness.toolchain.candidate import load_candidate
+
     entries = []
     for item in (i for i in spec.split(",") if i):
         op, _, cid = item.partition("/")
-        meta = ROOT / "kernels_generated" / op / cid / "candidate.json"
-        if not (op and cid) or not meta.is_file():
-            raise SystemExit(f"bench_promoted: --with {item}: no candidate kernels_generated/{op}/{cid} (give OP/ID)")
-        data = json.loads(meta.read_text())
-        entries.append({"op": op, "candidate": data["id"], "scope": data["scope"]})
+        try:
+            cand = load_candidate(op, cid)
+        except UserError as exc:
+            raise SystemExit(f"bench_promoted: --with {item}: no candidate (give OP/ID): {exc}") from None
+        entries.append({"op": op, "candidate": cand.id, "scope": cand.scope.to_json()})
     return entries
 
 
