@@ -96,6 +96,8 @@ def with_entries(spec: str) -> list[dict]:
     """`--with OP/ID,...`: manifest-shaped entries for candidates that are not (or not yet) promoted,
     each with the scope its candidate.json declares, so one run times a replacement beside the
     kernels it would replace. SystemExit with a one-line message on a bad entry."""
+    if not spec:
+        return []                      # no --with: --plan needs no torch (harness imports it)
     from harness.errors import UserError
     from harness.toolchain.candidate import load_candidate
 
