@@ -100,6 +100,7 @@ def run_gpu_fault(f: GpuFault, root: Path, cache_root: Path, honest) -> dict[str
     from ..toolchain import run_canary
 
     row: dict[str, Any] = {"name": f.name, "what": f.what, "expected": f.expected.value, "timeout_s": f.timeout_s}
+    before = set(workers_alive())     # another harness run's workers on this machine are not this fault's
     t0 = time.monotonic()
     rep = _eval(land_fault(f.name, root), f.timeout_s, cache_root, check_static=False)
     row.update(verdict=rep.verdict.value, message=rep.message[:300], gpu_run=rep.gpu_run,
@@ -108,7 +109,7 @@ def run_gpu_fault(f: GpuFault, root: Path, cache_root: Path, honest) -> dict[str
     if f.expected is Verdict.TIMEOUT:
         row["past_deadline_s"] = round(rep.wall_s - f.timeout_s, 2)   # incl. the parent's compile before the worker
     time.sleep(0.2)
-    left = workers_alive()
+    left = [pid for pid in workers_alive() if pid not in before]
     row["workers_left"] = len(left)
     row["canary_ok"] = run_canary()
     h = _eval(honest, 300.0, cache_root, check_static=True)

@@ -147,3 +147,57 @@ def test_device_loop_survives_compilation_as_a_loop_on_a_global_load(tmp_path):
     ptx = "\n".join(p.read_text() for p in tmp_path.rglob("*.ptx"))
     loops = re.findall(r"^(\$L__BB\d+_\d+):\n(.*?)\n\s*@%p\d+ bra\s+\1;", ptx, flags=re.M | re.S)
     assert loops and all(w in loops[0][1] for w in ("ld.global", "st.global", "setp.")), ptx[-1500:]
+
+
+def test_workers_left_counts_only_the_workers_this_fault_left(tmp_path, monkeypatch):
+    """workers_left is the eval workers a fault leaves alive. Another harness run's workers on the same
+    machine (an agent loop, a second test run: session 64's CI counted two) were alive before the fault
+    and are not counted; a worker the fault's eval leaves behind is."""
+    import time
+    from types import SimpleNamespace
+
+    import harness.toolchain as T
+
+    def marked() -> subprocess.Popen:          # a process whose command line carries the worker's mark
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", G.WORKER_MARK])
+        for _ in range(500):                   # until it has exec'd (before, /proc shows pytest's cmdline)
+            if p.pid in G.workers_alive():
+                return p
+            time.sleep(0.01)
+        raise AssertionError("the marked process never showed its command line")
+
+    other = marked()
+    leaked: list[subprocess.Popen] = []
+
+    def fake_eval(cand, timeout_s, cache_root, check_static):
+        if not check_static:                   # the fault's eval leaves one worker behind
+            leaked.append(marked())
+        return SimpleNamespace(verdict=Verdict.OK if check_static else Verdict.TIMEOUT, message="", gpu_run=True,
+                               wall_s=1.0, worker_log_tail="")
+
+    monkeypatch.setattr(G, "_eval", fake_eval)
+    monkeypatch.setattr(T, "run_canary", lambda: True)
+    try:
+        honest = G.land_fault("honest", tmp_path, G._honest())
+        fault = next(f for f in G.GPU_FAULTS if f.expected is Verdict.TIMEOUT)
+        row = G.run_gpu_fault(fault, tmp_path, tmp_path / "cache", honest)
+        assert other.pid in G.workers_alive() and leaked and leaked[0].pid in G.workers_alive()
+        assert row["workers_left"] == 1 and row["status"] == "FAIL"
+        first = leaked.pop()
+        first.kill()
+        first.wait()
+        row = G.run_gpu_fault(fault, tmp_path, tmp_path / "cache2", honest)
+        assert row["workers_left"] == 1                    # the second run's own leak, not the first's
+        second = leaked.pop()
+        second.kill()
+        second.wait()
+        monkeypatch.setattr(G, "_eval", lambda c, t, r, check_static: SimpleNamespace(
+            verdict=Verdict.OK if check_static else Verdict.TIMEOUT, message="", gpu_run=True, wall_s=1.0,
+            worker_log_tail=""))
+        row = G.run_gpu_fault(fault, tmp_path, tmp_path / "cache3", honest)
+        assert row["workers_left"] == 0 and row["ok"] and row["status"] == "PASS"   # `other` still runs
+        assert other.poll() is None
+    finally:
+        for p in [other, *leaked]:
+            p.kill()
+            p.wait()
