@@ -113,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         print("compare_perf_gates: the two perf gates share no sweep point", file=sys.stderr)
         return 1
     if a.json:
-        print(json.dumps({"old": asdict(old) | {"fraction_by_point": None},
-                          "new": asdict(new) | {"fraction_by_point": None},
-                          "points": [asdict(r) for r in ratios]}, indent=1))
+        gates = {tag: {k: v for k, v in asdict(g).items() if k != "fraction_by_point"}   # the points are below
+                 for tag, g in (("old", old), ("new", new))}
+        print(json.dumps(gates | {"points": [asdict(r) for r in ratios]}, indent=1))
         return 0
     for tag, g in (("old", old), ("new", new)):
         print(f"{tag}: {a.op}/{g.candidate} {g.record} on {g.gpu}, geomean {g.geomean_speedup:.2f}x the reference")

@@ -40,6 +40,7 @@ def test_the_command_prints_both_gates_and_says_when_the_cards_differ(cp, capsys
     assert cp.main(["skinny_gemm", "7e3919", "b83f9b", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["old"]["candidate"] == "7e39195ca46f" and len(d["points"]) == 34
+    assert set(d["new"]) == {"candidate", "record", "gpu", "geomean_speedup"}
 
 
 @pytest.mark.parametrize("args, message", [

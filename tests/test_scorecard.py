@@ -196,12 +196,13 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
 
 
 # No H200 benchmark has timed these; H100 runs have (the H100 runs are left out of the H200
-# scorecard, sc.run_gpu). 12ecfe and 997e94: promoted in session 56 on H100 gate evidence; their rows
-# are session 56's H100 studies (results/h100/session56/bench_dense_gu{,16}.json). The B 1..64
-# skinny_gemm replacements were gated on H100s: 99107d (session 58), b83f9b (session 64, 7e3919's
-# midpipe replacement); their rows are session 58's and session 62's H100 benches. b01a64 (d4747b's replacement) was gated on an H200 in session 63,
-# but no H200 bench has timed it yet (its rows are session 62's H100 study); session 63's H200 study
-# timed ab4820 (9 of its 28 points). Take an id out once an H200 run of it is committed.
+# scorecard, sc.run_gpu). 12ecfe and 997e94: promoted in session 56 on H100 gate evidence; their H100
+# rows are session 64's bench_promoted gemm run (before it, session 56's studies). The B 1..64
+# skinny_gemm replacements gated on H100s: 99107d (session 58), b83f9b (session 64, 7e3919's midpipe
+# replacement); their rows are session 58's and sessions 62 / 64's H100 benches. b01a64 (d4747b's
+# replacement) was gated on an H200 in session 63, but no H200 bench has timed it yet (its rows are
+# session 62's H100 study); session 63's H200 study timed ab4820 (9 of its 28 points). Take an id out
+# once an H200 run of it is committed.
 AWAITING_H200_BENCH = {("gemm_situ_and_mul", "12ecfed9c4dc"), ("gemm_situ_and_mul", "997e949a948f"),
                        ("skinny_gemm", "99107d38543d"), ("skinny_gemm", "b83f9b12c630"),
                        ("skinny_gemm", "b01a64700952")}
