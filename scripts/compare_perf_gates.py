@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from harness import evidence  # noqa: E402
+from harness.errors import UserError  # noqa: E402
+from harness.toolchain.candidate import load_candidate  # noqa: E402
 
 BATCH = re.compile(r"\bB=(\d+)\b")
 
@@ -49,15 +51,10 @@ class PointRatio:
     ratio: float           # new / old: > 1 when NEW ran the point faster
 
 
-def resolve(root: Path, op: str, prefix: str) -> str:
-    """A candidate id from an id or unique prefix; ValueError (one line) otherwise."""
-    folder = root / "kernels_generated" / op
-    if not folder.is_dir():
-        raise ValueError(f"no op {op!r} under kernels_generated/")
-    hits = sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name.startswith(prefix))
-    if len(hits) != 1:
-        raise ValueError(f"{op}/{prefix}: {'no such candidate' if not hits else 'ambiguous: ' + ', '.join(hits)}")
-    return hits[0]
+def resolve(op: str, ref: str) -> str:
+    """A candidate id from an id or unique prefix, as every harness command takes one
+    (`load_candidate`); UserError (one line) otherwise."""
+    return load_candidate(op, ref).id
 
 
 def newest_perf_gate(root: Path, op: str, candidate: str) -> PerfGate:
@@ -103,9 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the gates and per-point ratios as JSON")
     a = ap.parse_args(argv)
     try:
-        old = newest_perf_gate(ROOT, a.op, resolve(ROOT, a.op, a.old))
-        new = newest_perf_gate(ROOT, a.op, resolve(ROOT, a.op, a.new))
-    except ValueError as exc:
+        old = newest_perf_gate(ROOT, a.op, resolve(a.op, a.old))
+        new = newest_perf_gate(ROOT, a.op, resolve(a.op, a.new))
+    except (UserError, ValueError) as exc:
         print(f"compare_perf_gates: {exc}", file=sys.stderr)
         return 2
     ratios = compare(old, new)

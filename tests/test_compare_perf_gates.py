@@ -16,8 +16,8 @@ def cp():
 def test_b83f9b_against_7e3919_in_their_committed_gates(cp):
     """Session 59's gate of 7e3919 and session 64's of b83f9b, both on H100s: at B 1..8 b83f9b runs
     7e3919's code, so the ratios there read the two runs' offset (~1.00); at B 16..64 its midpipe."""
-    old = cp.newest_perf_gate(cp.ROOT, "skinny_gemm", cp.resolve(cp.ROOT, "skinny_gemm", "7e3919"))
-    new = cp.newest_perf_gate(cp.ROOT, "skinny_gemm", cp.resolve(cp.ROOT, "skinny_gemm", "b83f9b"))
+    old = cp.newest_perf_gate(cp.ROOT, "skinny_gemm", cp.resolve("skinny_gemm", "7e3919"))
+    new = cp.newest_perf_gate(cp.ROOT, "skinny_gemm", cp.resolve("skinny_gemm", "b83f9b"))
     assert old.gpu == new.gpu == "NVIDIA H100 80GB HBM3"
     ratios = cp.compare(old, new)
     assert len(ratios) == 34 and [r.batch for r in ratios] == sorted(r.batch for r in ratios)
@@ -44,9 +44,10 @@ def test_the_command_prints_both_gates_and_says_when_the_cards_differ(cp, capsys
 
 
 @pytest.mark.parametrize("args, message", [
-    (["skinny_gemm", "7e3919", "zzz"], "skinny_gemm/zzz: no such candidate"),
-    (["no_such_op", "a", "b"], "no op 'no_such_op'"),
-    (["skinny_gemm", "7e3919", ""], "ambiguous"),
+    (["skinny_gemm", "7e3919", "zzz"], "candidate 'zzz' of skinny_gemm: not found"),
+    (["skinny_gemm", "7e3919", "0"], "candidate '0' of skinny_gemm: matches several candidates"),
+    (["no_such_op", "a", "b"], "unknown op 'no_such_op'"),
+    (["skinny_gemm", "7e3919", ""], "empty candidate id of skinny_gemm"),
 ])
 def test_bad_input_is_one_line_and_exit_2(cp, capsys, args, message):
     assert cp.main(args) == 2
