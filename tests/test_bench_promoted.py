@@ -56,7 +56,7 @@ def test_the_plan_times_every_promoted_kernel_at_every_point_of_its_scope(bp, be
         timed = {(p.tp, p.batch, p.shape, p.state_dtype if len(defn.state_dtypes) > 1 else "") for p in points}
         assert _scope_points(e) <= timed, (e["op"], e["candidate"], sorted(_scope_points(e) - timed)[:4])
     skinny = next(s for s in steps if s.name == "skinny")
-    # the sweep's batches inside some promoted skinny kernel's scope: 99107d (session 58) covers B 1..64
+    # the sweep's batches inside some promoted skinny kernel's scope: de0cb2 (session 65) covers B 1..64
     ends = {e["scope"]["batch"][1] for e in entries if e["op"] == "skinny_gemm"}
     assert _arg(skinny.argv, "--batches") == (["1", "2", "4", "8", "16", "32", "64"] if 64 in ends
                                                else ["1", "2", "4", "8"])

@@ -198,13 +198,14 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
 # No H200 benchmark has timed these; H100 runs have (the H100 runs are left out of the H200
 # scorecard, sc.run_gpu). 12ecfe and 997e94: promoted in session 56 on H100 gate evidence; their H100
 # rows are session 64's bench_promoted gemm run (before it, session 56's studies). The B 1..64
-# skinny_gemm replacements gated on H100s: 99107d (session 58), b83f9b (session 64, 7e3919's midpipe
-# replacement); their rows are session 58's and sessions 62 / 64's H100 benches. b01a64 (d4747b's
+# skinny_gemm replacements gated on H100s: b83f9b (session 64, 7e3919's midpipe replacement) and
+# de0cb2 (session 65, 99107d's: b83f9b's kernel.py at kda_in_proj); their rows are sessions 62 / 64's
+# and session 65's H100 benches. b01a64 (d4747b's
 # replacement) was gated on an H200 in session 63, but no H200 bench has timed it yet (its rows are
 # session 62's H100 study); session 63's H200 study timed ab4820 (9 of its 28 points). Take an id out
 # once an H200 run of it is committed.
 AWAITING_H200_BENCH = {("gemm_situ_and_mul", "12ecfed9c4dc"), ("gemm_situ_and_mul", "997e949a948f"),
-                       ("skinny_gemm", "99107d38543d"), ("skinny_gemm", "b83f9b12c630"),
+                       ("skinny_gemm", "de0cb2f3ce5c"), ("skinny_gemm", "b83f9b12c630"),
                        ("skinny_gemm", "b01a64700952")}
 
 
@@ -261,7 +262,7 @@ def test_a_kernel_measured_only_on_another_card_says_where(sc):
     assert {(e["op"], e["candidate"]) for e in out["measured_elsewhere"]} == AWAITING_H200_BENCH
     assert all(e["gpu"] == "h100" and e["points"] > 0 for e in out["measured_elsewhere"])
     text = sc.report(ROOT, ops=["skinny_gemm"])
-    assert ("## skinny_gemm: promoted 99107d38543d\nno committed benchmark on this card measured this candidate; "
+    assert ("## skinny_gemm: promoted de0cb2f3ce5c\nno committed benchmark on this card measured this candidate; "
             "the H100 runs measured 6 points (harness scorecard --gpu h100)") in text
     # the H100 runs time every promoted kernel, so none is measured only elsewhere
     assert json.loads(sc.report(ROOT, as_json=True, gpu_name="h100"))["measured_elsewhere"] == []
