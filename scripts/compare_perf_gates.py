@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness import evidence  # noqa: E402
+from harness import evidence, paths  # noqa: E402
 from harness.errors import UserError  # noqa: E402
 from harness.toolchain.candidate import load_candidate  # noqa: E402
 
@@ -99,9 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("new", help="the replacement's id (or unique prefix)")
     ap.add_argument("--json", action="store_true", help="print the gates and per-point ratios as JSON")
     a = ap.parse_args(argv)
+    root = paths.root()            # where load_candidate looks (HARNESS_ROOT, else this checkout)
     try:
-        old = newest_perf_gate(ROOT, a.op, resolve(a.op, a.old))
-        new = newest_perf_gate(ROOT, a.op, resolve(a.op, a.new))
+        old = newest_perf_gate(root, a.op, resolve(a.op, a.old))
+        new = newest_perf_gate(root, a.op, resolve(a.op, a.new))
     except (UserError, ValueError) as exc:
         print(f"compare_perf_gates: {exc}", file=sys.stderr)
         return 2

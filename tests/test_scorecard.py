@@ -200,10 +200,9 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
 # rows are session 64's bench_promoted gemm run (before it, session 56's studies). The B 1..64
 # skinny_gemm replacements gated on H100s: b83f9b (session 64, 7e3919's midpipe replacement) and
 # de0cb2 (session 65, 99107d's: b83f9b's kernel.py at kda_in_proj); their rows are sessions 62 / 64's
-# and session 65's H100 benches. b01a64 (d4747b's
-# replacement) was gated on an H200 in session 63, but no H200 bench has timed it yet (its rows are
-# session 62's H100 study); session 63's H200 study timed ab4820 (9 of its 28 points). Take an id out
-# once an H200 run of it is committed.
+# and session 65's H100 benches. b01a64 (d4747b's replacement) was gated on an H200 in session 63, but
+# no H200 bench has timed it yet (its rows are session 62's H100 study); session 63's H200 study timed
+# ab4820 (9 of its 28 points). Take an id out once an H200 run of it is committed.
 AWAITING_H200_BENCH = {("gemm_situ_and_mul", "12ecfed9c4dc"), ("gemm_situ_and_mul", "997e949a948f"),
                        ("skinny_gemm", "de0cb2f3ce5c"), ("skinny_gemm", "b83f9b12c630"),
                        ("skinny_gemm", "b01a64700952")}
