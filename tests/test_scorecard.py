@@ -205,7 +205,11 @@ def test_points_measured_partly_from_l2_are_marked(sc, tmp_path):
 # ab4820 (9 of its 28 points). Take an id out once an H200 run of it is committed.
 AWAITING_H200_BENCH = {("gemm_situ_and_mul", "12ecfed9c4dc"), ("gemm_situ_and_mul", "997e949a948f"),
                        ("skinny_gemm", "de0cb2f3ce5c"), ("skinny_gemm", "b83f9b12c630"),
-                       ("skinny_gemm", "b01a64700952")}
+                       ("skinny_gemm", "b01a64700952"),
+                       # session 66's five midpipe replacements, gated and benched on an H100
+                       ("skinny_gemm", "2f5f13de67e1"), ("skinny_gemm", "01f8c367a0bd"),
+                       ("skinny_gemm", "98267b943ad0"), ("skinny_gemm", "59f8b866e4c0"),
+                       ("skinny_gemm", "5242eb3d9ff3")}
 
 
 def test_committed_results_cover_every_promoted_op(sc):
@@ -239,14 +243,13 @@ def test_the_h100_scorecard_reads_only_h100_runs_and_times_every_promoted_kernel
         assert all(m.source.startswith("results/h100/") for m in c.measured)
     by_id = {c.candidate: c for c in cards}
     # session 52's run copied 91b17e's shared_down TP8 row into kda_o_proj / mla_o_proj TP16, where
-    # a87a4d runs (bench_kernels.timing_key, fixed since); session 54's H100 run timed a87a4d there,
-    # and session 55's two runs again (bench_promoted, and round 3's bench beside its renders; the
-    # newest commit's run of a point is the one judged)
-    a87 = by_id["a87a4d18c8bc"]
-    assert not a87.unmeasured
-    o_proj = {m.source for m in a87.measured if m.point.shape in ("kda_o_proj", "mla_o_proj")}
-    assert o_proj and o_proj <= {"results/h100/session55/bench_promoted_skinny.json.xz",
-                                 "results/h100/session55/bench_cover_skinny.json.xz"}
+    # a87a4d ran (bench_kernels.timing_key, fixed since). Session 66 promoted their replacements,
+    # 01f8c3 and 2f5f13, and its run timed each at its own points: the o_proj rows are 2f5f13's own
+    o_proj = [m for m in by_id["2f5f13de67e1"].measured if m.point.shape in ("kda_o_proj", "mla_o_proj")]
+    assert {m.point.tp for m in o_proj} == {16} and {m.point.batch for m in o_proj} == {1, 16, 32, 64}
+    assert {m.source for m in o_proj} == {"results/h100/session66/study/bench_kernels_skinny_gemm_midpipe_xg4.json.xz"}
+    shared_tp8 = [m for m in by_id["01f8c367a0bd"].measured if m.point.shape == "shared_down"]
+    assert {m.point.tp for m in shared_tp8} == {8} and len(shared_tp8) == 4
     layers = sc.layer_tables(gpu_name="h100")
     assert {t.config for t in layers} == {"k3-tp8-rank", "k3-tp16-rank"}
     assert all(t.source.startswith("results/h100/") for t in layers)
