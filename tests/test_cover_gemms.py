@@ -16,6 +16,7 @@ PLANS = ROOT / "scripts/gpu/cover_plans"
 ROUND1 = str(PLANS / "round1.sh")
 ROUND2 = str(PLANS / "round2.sh")
 ROUND3 = str(PLANS / "round3.sh")
+ROUND4 = str(PLANS / "round4.sh")
 
 
 def _run(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProcess:
@@ -102,6 +103,47 @@ def test_round3_times_the_promoted_kernels_beside_its_renders(tmp_path):
     (cover / "bench_cover_skinny.json").write_text("{}")
     r = _run("propose", cwd=tmp_path / "tree", COVER_PLAN=ROUND3, COVER_DIR=str(cover))
     assert r.returncode == 2 and "narrow a render by hand" in r.stderr
+
+
+def test_round4_renders_the_small_k_pipes_at_both_tps_beside_the_promoted_kernels(tmp_path):
+    """Round 4 (session 66): four pipe renders of 2f5f13 at the small-K GEMMs, B 16..64, each scoped to
+    TP 8 and 16 (a `--scope tp=[8,16]` the render step must not glob: a file named `tp=8` in the
+    working folder would otherwise replace it), timed beside the four promoted kernels there."""
+    tree = tmp_path / "tree"
+    gen = tree / "kernels_generated"
+    gen.mkdir(parents=True)
+    (tree / "scripts").symlink_to(ROOT / "scripts")
+    (tree / "tp=8").write_text("")                      # what an unquoted [8,16] would glob to
+    r = _run("render", cwd=tree, RENDER_ROOT=str(gen), COVER_PLAN=ROUND4)
+    assert r.returncode == 0, r.stderr
+    ids = r.stdout.split()
+    assert len(ids) == len(set(ids)) == 4
+    from harness.agent.families import load_family
+
+    family = load_family(ROOT / "prompts/kernels/skinny_gemm/swapab.py.j2", "skinny_gemm")
+    base = json.loads((ROOT / "kernels_generated/skinny_gemm/2f5f13de67e1/candidate.json").read_text())
+    base_params = base["provenance"]["template"]["params"]
+    changed = []
+    for i in ids:
+        cand = json.loads((gen / "skinny_gemm" / i / "candidate.json").read_text())
+        assert cand["scope"]["tp"] == [8, 16] and cand["scope"]["batch"] == [1, 64]
+        assert cand["scope"]["shapes"] == ["shared_down", "kda_o_proj", "mla_o_proj", "mla_q_b"]
+        params = cand["provenance"]["template"]["params"]
+        assert family.feasible(params)
+        changed.append({k: v for k, v in params.items() if base_params.get(k, v) != v})   # new keys: defaults
+    assert all(set(c) <= {"lp_sblocks", "lp_cluster", "lp_warps"} and c for c in changed)
+
+    calls = tmp_path / "calls.txt"
+    stub = tmp_path / "py"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    stub.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = _run("bench", cwd=tree, OUT=str(out), COVER_PLAN=ROUND4, PYTHON=str(stub), COVER_DIR=str(tmp_path / "cover"))
+    assert r.returncode == 0, r.stderr
+    arg = dict(zip(*[iter(calls.read_text().splitlines()[0].split()[1:])] * 2))
+    assert arg["--batches"] == "16,32,64" and arg["--tps"] == "8,16"
+    assert arg["--candidates"].split(",") == ids + ["2f5f13de67e1", "01f8c367a0bd", "59f8b866e4c0", "5242eb3d9ff3"]
 
 
 def test_the_default_plan_is_the_newest_round():

@@ -56,7 +56,7 @@ for r in "${RENDERS[@]}"; do
 done
 
 render() (            # a subshell: the first failing render ends it, non-zero; prints the ids
-  set -e
+  set -e -f           # -f: a plan's args are split on spaces but never globbed (--scope tp=[8,16])
   local r op id base args shapes got
   for r in "${RENDERS[@]}"; do
     read -r op id base args <<< "$r"
