@@ -24,6 +24,24 @@ def _run(*args: str, cwd: Path = ROOT, **env: str) -> subprocess.CompletedProces
                           env={**os.environ, "PYTHON": sys.executable, **env})
 
 
+def _bench_argv(tmp_path: Path, tree: Path, plan: str) -> list[str]:
+    """`cover_gemms.sh bench` in `tree` with a stand-in interpreter that records its calls instead of
+    timing anything: the argv of its first call (bench_kernels.py's)."""
+    calls = tmp_path / "calls.txt"
+    stub = tmp_path / "py"
+    stub.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
+    stub.chmod(0o755)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = _run("bench", cwd=tree, OUT=str(out), COVER_PLAN=plan, PYTHON=str(stub), COVER_DIR=str(tmp_path / "cover"))
+    assert r.returncode == 0, r.stderr
+    return calls.read_text().splitlines()[0].split()
+
+
+def _flags(argv: list[str]) -> dict[str, str]:
+    return {k: v for k, v in zip(argv, argv[1:]) if k.startswith("--")}
+
+
 def test_render_makes_exactly_the_folders_bench_times(tmp_path):
     r = _run("render", RENDER_ROOT=str(tmp_path), COVER_PLAN=ROUND1)
     assert r.returncode == 0, r.stderr
@@ -81,18 +99,9 @@ def test_round3_times_the_promoted_kernels_beside_its_renders(tmp_path):
         params = cand["provenance"]["template"]["params"]
         assert params["bulk"] is True and family.feasible(params)
 
-    calls = tmp_path / "calls.txt"
-    stub = tmp_path / "py"
-    stub.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
-    stub.chmod(0o755)
-    out = tmp_path / "out"
-    out.mkdir()
-    r = _run("bench", cwd=tmp_path / "tree", OUT=str(out), COVER_PLAN=ROUND3, PYTHON=str(stub),
-             COVER_DIR=str(tmp_path / "cover"))
-    assert r.returncode == 0, r.stderr
-    bench = calls.read_text().splitlines()[0].split()
+    bench = _bench_argv(tmp_path, tmp_path / "tree", ROUND3)
     assert bench[0] == "scripts/gpu/bench_kernels.py"
-    arg = {k: v for k, v in zip(bench, bench[1:]) if k.startswith("--")}
+    arg = _flags(bench)
     assert arg["--batches"] == "1,2,4,5,8" and arg["--tps"] == "8,16"
     assert arg["--candidates"].split(",") == ids + ["91b17e39677d", "a87a4d18c8bc"]
     assert set(arg["--skip-points"].split(",")) == {"shared_down@16", "kda_o_proj@8", "mla_o_proj@8",
@@ -133,15 +142,7 @@ def test_round4_renders_the_small_k_pipes_at_both_tps_beside_the_promoted_kernel
         changed.append({k: v for k, v in params.items() if base_params.get(k, v) != v})   # new keys: defaults
     assert all(set(c) <= {"lp_sblocks", "lp_cluster", "lp_warps"} and c for c in changed)
 
-    calls = tmp_path / "calls.txt"
-    stub = tmp_path / "py"
-    stub.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n')
-    stub.chmod(0o755)
-    out = tmp_path / "out"
-    out.mkdir()
-    r = _run("bench", cwd=tree, OUT=str(out), COVER_PLAN=ROUND4, PYTHON=str(stub), COVER_DIR=str(tmp_path / "cover"))
-    assert r.returncode == 0, r.stderr
-    arg = dict(zip(*[iter(calls.read_text().splitlines()[0].split()[1:])] * 2))
+    arg = _flags(_bench_argv(tmp_path, tree, ROUND4))
     assert arg["--batches"] == "16,32,64" and arg["--tps"] == "8,16"
     assert arg["--candidates"].split(",") == ids + ["2f5f13de67e1", "01f8c367a0bd", "59f8b866e4c0", "5242eb3d9ff3"]
 

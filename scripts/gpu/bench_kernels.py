@@ -144,8 +144,8 @@ def unfused_gate_up_act(tp: int, reg=None):
     (harness/model/decoder.py, `_gate_up_act`): skinny_gemm, then situ_and_mul, each through the
     registry of the promoted kernels (`reg`, default `harness.registry.default()`). So the GEMM is
     skinny_gemm's promoted kernel where one covers the call (at dense_gate_up TP16: a87a4d from
-    session 52, its replacement 2f5f13 since session 66), and elsewhere cuBLAS's bf16 x @ w^T, skinny_gemm's bar (not its fp32 reference,
-    which the registry would fall back to); the SiTU is the promoted situ_and_mul at the width it is
+    session 52, its replacement 2f5f13 since session 66), and elsewhere cuBLAS's bf16 x @ w^T,
+    skinny_gemm's bar (not its fp32 reference, which the registry would fall back to); the SiTU is the promoted situ_and_mul at the width it is
     scoped to (the shared experts') and torch's reference at dense_gate_up's. Runs before session 52
     timed cuBLAS for the GEMM everywhere, labelled "cublas+situ". Returns (label, fn(x, weight,
     shape)); `fn.ran(x, weight, shape)` runs it once and names what each op ran
