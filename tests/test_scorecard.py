@@ -245,9 +245,15 @@ def test_the_h100_scorecard_reads_only_h100_runs_and_times_every_promoted_kernel
     # session 52's run copied 91b17e's shared_down TP8 row into kda_o_proj / mla_o_proj TP16, where
     # a87a4d ran (bench_kernels.timing_key, fixed since). Session 66 promoted their replacements,
     # 01f8c3 and 2f5f13, and its run timed each at its own points: the o_proj rows are 2f5f13's own
+    # (session 66's run; at kda_o_proj B 16..64 session 67's cover_gemms round 5, the newest run there,
+    # which timed mla_o_proj's equal shape once, as kda_o_proj)
     o_proj = [m for m in by_id["2f5f13de67e1"].measured if m.point.shape in ("kda_o_proj", "mla_o_proj")]
     assert {m.point.tp for m in o_proj} == {16} and {m.point.batch for m in o_proj} == {1, 16, 32, 64}
-    assert {m.source for m in o_proj} == {"results/h100/session66/study/bench_kernels_skinny_gemm_midpipe_xg4.json.xz"}
+    s66 = "results/h100/session66/study/bench_kernels_skinny_gemm_midpipe_xg4.json.xz"
+    s67 = "results/h100/session67/study/round5/bench_cover_skinny.json.xz"
+    assert {(m.point.shape, m.point.batch, m.source) for m in o_proj} == \
+        {(sh, b, s67 if (sh, b > 1) == ("kda_o_proj", True) else s66)
+         for sh in ("kda_o_proj", "mla_o_proj") for b in (1, 16, 32, 64)}
     shared_tp8 = [m for m in by_id["01f8c367a0bd"].measured if m.point.shape == "shared_down"]
     assert {m.point.tp for m in shared_tp8} == {8} and len(shared_tp8) == 4
     layers = sc.layer_tables(gpu_name="h100")
