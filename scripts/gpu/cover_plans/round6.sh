@@ -1,17 +1,17 @@
 # shellcheck shell=bash disable=SC2034
-# cover_gemms.sh plan, round 6 (session 67): the small-K GEMMs at B 16..64 again, after round 4 found no
-# render faster than the promoted kernels there (results/h100/session67/README.md). ncu on an H100 in
-# session 67: cuBLAS runs kda_o_proj TP16 (K 768, N 7168) without split-K, one 384-thread CTA (TMA + WGMMA)
-# a 64-row tile over all of K, 92-112 CTAs in 4-CTA clusters; 2f5f13's 336 CTAs (3-CTA K splits of 64 rows)
-# spend ~20-25% of their B=64 samples in the cluster reduction (cluster barrier waits, the release fence)
-# and 21% waiting on the ring's mbarriers. These renders of 2f5f13 drop or halve the split and deepen the
-# ring so a CTA keeps more bytes in flight: no cluster with 6 or 8 stages, 2-CTA splits with 6 stages,
-# and 2f5f13's 3-CTA split on fewer CTAs (lp_ctas 264) with 6 stages.
+# cover_gemms.sh plan, round 6 (session 67): round 5's no-split pipe, further. Round 5 (results/h100/session67)
+# found that 2f5f13's pipe without its split-K (lp_cluster 1: one CTA a 64-row tile over all of K, 112 CTAs at
+# N 7168, as cuBLAS runs these GEMMs) on a 6- or 8-stage ring runs shared_down and kda_o_proj 15-50% faster
+# than the promoted kernels at B 16..64, still 0.75-0.91x cuBLAS. These renders of 2f5f13 try, without a
+# split: 128-wide stages (lp_sblocks 4, fewer ring waits a K), 2 warps a CTA (32 rows: 224 CTAs, two an SM,
+# every SM busy; with 8 stages or 6 of 128-wide), and the cp.async twin (B 9..32) at 4 stages beside 8 for
+# the lp_tma kernel. Each compiles for sm_90a with no spills; on sm_103a 2c19e8 spills 12 bytes (the others
+# none but d70f11, whose lp_tma kernel is 8b768a's: 8 bytes).
 SKINNY_SHAPES=shared_down,kda_o_proj,mla_o_proj,mla_q_b
 SKINNY_SKIP=kda_o_proj@8,mla_o_proj@8,mla_o_proj@16,mla_q_b@8   # mla_o_proj@16 = kda_o_proj@16; ab4820 runs TP8's
 SKINNY_EXCLUDE=$SKINNY_SKIP
 SKINNY_BATCHES=16,32,64
-SKINNY_ALSO=(2f5f13de67e1 01f8c367a0bd 59f8b866e4c0 4c27166aede9)   # 4c2716 = round 5's 8b768a, narrowed
+SKINNY_ALSO=(2f5f13de67e1 01f8c367a0bd 59f8b866e4c0 5242eb3d9ff3 4c27166aede9)   # 4c2716: round 5's 8b768a, narrowed
 RENDERS=(
   "skinny_gemm ec23fc5cce52 2f5f13 --set lp_cluster=1 --set lp_stages=6 --set lp_sblocks=4 --scope tp=[8,16]"
   "skinny_gemm 2c19e86c4ce2 2f5f13 --set lp_cluster=1 --set lp_warps=2 --set lp_stages=8 --scope tp=[8,16]"
