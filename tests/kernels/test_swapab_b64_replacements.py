@@ -10,8 +10,8 @@ the same with lp_xgroup 4 (session 62's H100 bench: results/h100/session62). `_b
 `_b64_midpipe_xg4` without the pipes' split-K (lp_cluster 1) on an 8-stage ring, scoped to its incumbent's
 shapes and TPs or some of them (NARROWED: the small-K GEMMs where it measured 15-50% faster than the
 `_b64_midpipe_xg4` kernels at B 16..64, results/h100/session67). Where its scope is narrower than the
-`_b64_midpipe_xg4` kernel's it is gated beside it (the most specific kernel runs); where equal (91b17e's,
-shared_down TP8), after that kernel's demotion, as before.
+`_b64_midpipe_xg4` kernel's it is gated beside it (the most specific kernel runs); where equal, after that
+kernel's demotion, as before.
 
 Gating one needs its incumbent demoted first: the model gate decodes 4 rows, where the narrower
 incumbent would shadow it (README, "Next GPU work"). That is sound only if, at B 1..8, a replacement

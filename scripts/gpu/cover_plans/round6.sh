@@ -11,7 +11,7 @@ SKINNY_SHAPES=shared_down,kda_o_proj,mla_o_proj,mla_q_b
 SKINNY_SKIP=kda_o_proj@8,mla_o_proj@8,mla_o_proj@16,mla_q_b@8   # mla_o_proj@16 = kda_o_proj@16; ab4820 runs TP8's
 SKINNY_EXCLUDE=$SKINNY_SKIP
 SKINNY_BATCHES=16,32,64
-SKINNY_ALSO=(2f5f13de67e1 01f8c367a0bd 59f8b866e4c0 5242eb3d9ff3 4c27166aede9)   # 4c2716: round 5's 8b768a, narrowed
+SKINNY_ALSO=(2f5f13de67e1 01f8c367a0bd 59f8b866e4c0 5242eb3d9ff3 cbf6499cf837)   # cbf649: round 5's plan at shared_down TP16
 RENDERS=(
   "skinny_gemm ec23fc5cce52 2f5f13 --set lp_cluster=1 --set lp_stages=6 --set lp_sblocks=4 --scope tp=[8,16]"
   "skinny_gemm 2c19e86c4ce2 2f5f13 --set lp_cluster=1 --set lp_warps=2 --set lp_stages=8 --scope tp=[8,16]"
