@@ -252,7 +252,7 @@ def test_the_h100_scorecard_reads_only_h100_runs_and_times_every_promoted_kernel
     s66 = "results/h100/session66/study/bench_kernels_skinny_gemm_midpipe_xg4.json.xz"
     s67 = "results/h100/session67/study/round5/bench_cover_skinny.json.xz"
     assert {(m.point.shape, m.point.batch, m.source) for m in o_proj} == \
-        {(sh, b, s67 if (sh, b > 1) == ("kda_o_proj", True) else s66)
+        {(sh, b, s67 if sh == "kda_o_proj" and b > 1 else s66)
          for sh in ("kda_o_proj", "mla_o_proj") for b in (1, 16, 32, 64)}
     shared_tp8 = [m for m in by_id["01f8c367a0bd"].measured if m.point.shape == "shared_down"]
     assert {m.point.tp for m in shared_tp8} == {8} and len(shared_tp8) == 4
