@@ -11,7 +11,8 @@ the same with lp_xgroup 4 (session 62's H100 bench: results/h100/session62). `_b
 shapes and TPs or some of them (NARROWED: the small-K GEMMs where it measured 15-50% faster than the
 `_b64_midpipe_xg4` kernels at B 16..64, results/h100/session67). Where its scope is narrower than the
 `_b64_midpipe_xg4` kernel's it is gated beside it (the most specific kernel runs); where equal, after that
-kernel's demotion, as before.
+kernel's demotion, as before. `_b64_nosplit8mc2` (session 68) adds lp_minctas 2, the launch bound that keeps
+its lp_tma kernel from spilling on sm_103a at K 768.
 
 Gating one needs its incumbent demoted first: the model gate decodes 4 rows, where the narrower
 incumbent would shadow it (README, "Next GPU work"). That is sound only if, at B 1..8, a replacement
@@ -45,8 +46,11 @@ REPLACEMENTS = {
     "_b64_midpipe_xg4": {**MIDPIPE, "lp_xgroup": 4},
     # session 67: no split-K in either pipe (one CTA a 64-row tile over all of K, as cuBLAS runs these), 8 stages
     "_b64_nosplit8": {**MIDPIPE, "lp_xgroup": 4, "lp_cluster": 1, "lp_stages": 8},
+    # session 68: the same with ptxas's launch bound for 2 CTAs an SM (without one, ptxas caps the 160-thread
+    # lp_tma kernel near 72 registers and it spills 8 bytes on sm_103a at K 768; with it, 82 and no spill)
+    "_b64_nosplit8mc2": {**MIDPIPE, "lp_xgroup": 4, "lp_cluster": 1, "lp_stages": 8, "lp_minctas": 2},
 }
-NARROWED = ("_b64_nosplit8",)   # scope: the incumbent's shapes and TPs or a part of them (still B 1..64)
+NARROWED = ("_b64_nosplit8", "_b64_nosplit8mc2")   # scope: the incumbent's shapes and TPs or a part of them (still B 1..64)
 
 
 def _points() -> list[dict]:
