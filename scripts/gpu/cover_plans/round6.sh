@@ -5,16 +5,17 @@
 # than the promoted kernels at B 16..64, still 0.75-0.91x cuBLAS. These renders of 2f5f13 try, without a
 # split: 128-wide stages (lp_sblocks 4, fewer ring waits a K), 2 warps a CTA (32 rows: 224 CTAs, two an SM,
 # every SM busy; with 8 stages or 6 of 128-wide), and the cp.async twin (B 9..32) at 4 stages beside 8 for
-# the lp_tma kernel. Each compiles for sm_90a with no spills; on sm_103a 2c19e8 spills 12 bytes (the others
-# none but d70f11, whose lp_tma kernel is 8b768a's: 8 bytes).
+# the lp_tma kernel. Session 68 gave each lp_minctas 2: without a launch bound ptxas capped the 160-thread lp_tma
+# kernel near 72 registers, and two of session 67's renders spilled on sm_103a (2c19e8 12 bytes, d70f11 8); with
+# it none spills on sm_103a (TP16, its four shapes), so a winner here can be committed as it is.
 SKINNY_SHAPES=shared_down,kda_o_proj,mla_o_proj,mla_q_b
 SKINNY_SKIP=kda_o_proj@8,mla_o_proj@8,mla_o_proj@16,mla_q_b@8   # mla_o_proj@16 = kda_o_proj@16; ab4820 runs TP8's
 SKINNY_EXCLUDE=$SKINNY_SKIP
 SKINNY_BATCHES=16,32,64
-SKINNY_ALSO=(2f5f13de67e1 01f8c367a0bd 59f8b866e4c0 5242eb3d9ff3 cbf6499cf837)   # cbf649: round 5's plan at shared_down TP16
+SKINNY_ALSO=(2f5f13de67e1 01f8c367a0bd 59f8b866e4c0 5242eb3d9ff3 cbf6499cf837 63d5fedd6ca2 15dc3f1420b7)   # cbf649, 63d5fe, 15dc3f: round 5's plan (63d5fe, 15dc3f with lp_minctas 2)
 RENDERS=(
-  "skinny_gemm ec23fc5cce52 2f5f13 --set lp_cluster=1 --set lp_stages=6 --set lp_sblocks=4 --scope tp=[8,16]"
-  "skinny_gemm 2c19e86c4ce2 2f5f13 --set lp_cluster=1 --set lp_warps=2 --set lp_stages=8 --scope tp=[8,16]"
-  "skinny_gemm a95dd5dbb16e 2f5f13 --set lp_cluster=1 --set lp_warps=2 --set lp_stages=6 --set lp_sblocks=4 --scope tp=[8,16]"
-  "skinny_gemm d70f113d8a2c 2f5f13 --set lp_cluster=1 --set lp_stages=8 --set lp_mid_stages=4 --scope tp=[8,16]"
+  "skinny_gemm 2d798126f953 2f5f13 --set lp_cluster=1 --set lp_stages=6 --set lp_sblocks=4 --set lp_minctas=2 --scope tp=[8,16]"
+  "skinny_gemm 98df8a0c27f6 2f5f13 --set lp_cluster=1 --set lp_warps=2 --set lp_stages=8 --set lp_minctas=2 --scope tp=[8,16]"
+  "skinny_gemm 65cc8becdbcb 2f5f13 --set lp_cluster=1 --set lp_warps=2 --set lp_stages=6 --set lp_sblocks=4 --set lp_minctas=2 --scope tp=[8,16]"
+  "skinny_gemm 8f70367066d6 2f5f13 --set lp_cluster=1 --set lp_stages=8 --set lp_mid_stages=4 --set lp_minctas=2 --scope tp=[8,16]"
 )
