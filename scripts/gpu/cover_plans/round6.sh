@@ -7,7 +7,8 @@
 # every SM busy; with 8 stages or 6 of 128-wide), and the cp.async twin (B 9..32) at 4 stages beside 8 for
 # the lp_tma kernel. Session 68 gave each lp_minctas 2: without a launch bound ptxas capped the 160-thread lp_tma
 # kernel near 72 registers, and two of session 67's renders spilled on sm_103a (2c19e8 12 bytes, d70f11 8); with
-# it none spills on sm_103a (TP16, its four shapes), so a winner here can be committed as it is.
+# it none spills on sm_103a (TP16, its four shapes), so a winner here can be committed as it is. Round 5's 8b768a (8 stages, no launch bound) runs again beside them:
+# what the launch bound costs or buys on sm_90a, where 8b768a did not spill (71 registers; with it 87).
 SKINNY_SHAPES=shared_down,kda_o_proj,mla_o_proj,mla_q_b
 SKINNY_SKIP=kda_o_proj@8,mla_o_proj@8,mla_o_proj@16,mla_q_b@8   # mla_o_proj@16 = kda_o_proj@16; ab4820 runs TP8's
 SKINNY_EXCLUDE=$SKINNY_SKIP
@@ -18,4 +19,5 @@ RENDERS=(
   "skinny_gemm 98df8a0c27f6 2f5f13 --set lp_cluster=1 --set lp_warps=2 --set lp_stages=8 --set lp_minctas=2 --scope tp=[8,16]"
   "skinny_gemm 65cc8becdbcb 2f5f13 --set lp_cluster=1 --set lp_warps=2 --set lp_stages=6 --set lp_sblocks=4 --set lp_minctas=2 --scope tp=[8,16]"
   "skinny_gemm 8f70367066d6 2f5f13 --set lp_cluster=1 --set lp_stages=8 --set lp_mid_stages=4 --set lp_minctas=2 --scope tp=[8,16]"
+  "skinny_gemm 8b768acf164e 2f5f13 --set lp_cluster=1 --set lp_stages=8 --scope tp=[8,16]"
 )
