@@ -5,10 +5,13 @@
 # than the promoted kernels at B 16..64, still 0.75-0.91x cuBLAS. These renders of 2f5f13 try, without a
 # split: 128-wide stages (lp_sblocks 4, fewer ring waits a K), 2 warps a CTA (32 rows: 224 CTAs, two an SM,
 # every SM busy; with 8 stages or 6 of 128-wide), and the cp.async twin (B 9..32) at 4 stages beside 8 for
-# the lp_tma kernel. Session 68 gave each lp_minctas 2: without a launch bound ptxas capped the 160-thread lp_tma
-# kernel near 72 registers, and two of session 67's renders spilled on sm_103a (2c19e8 12 bytes, d70f11 8); with
-# it none spills on sm_103a (TP16, its four shapes), so a winner here can be committed as it is. Round 5's 8b768a (8 stages, no launch bound) runs again beside them:
-# what the launch bound costs or buys on sm_90a, where 8b768a did not spill (71 registers; with it 87).
+# the lp_tma kernel. Session 68 gave each lp_minctas 2: without a launch bound ptxas capped the 160-thread
+# lp_tma kernel near 72 registers, and two of session 67's renders spilled on sm_103a (2c19e8 12 bytes,
+# d70f11 8); with it none spills on sm_103a (TP16, its four shapes), so a winner here can be committed as it
+# is. Round 5's 8b768a (8 stages, no launch bound) runs again beside them: what the bound costs or buys on
+# sm_90a, where 8b768a did not spill (71 registers; with the bound 87). The cap is not the no-split plan's
+# alone: 2f5f13's own lp_tma kernel compiles to 68 registers on sm_90a (84 with the bound), so 462a6e
+# (2f5f13 with lp_minctas 2, its split kept) shows whether the promoted pipes lose to it.
 SKINNY_SHAPES=shared_down,kda_o_proj,mla_o_proj,mla_q_b
 SKINNY_SKIP=kda_o_proj@8,mla_o_proj@8,mla_o_proj@16,mla_q_b@8   # mla_o_proj@16 = kda_o_proj@16; ab4820 runs TP8's
 SKINNY_EXCLUDE=$SKINNY_SKIP
@@ -20,4 +23,5 @@ RENDERS=(
   "skinny_gemm 65cc8becdbcb 2f5f13 --set lp_cluster=1 --set lp_warps=2 --set lp_stages=6 --set lp_sblocks=4 --set lp_minctas=2 --scope tp=[8,16]"
   "skinny_gemm 8f70367066d6 2f5f13 --set lp_cluster=1 --set lp_stages=8 --set lp_mid_stages=4 --set lp_minctas=2 --scope tp=[8,16]"
   "skinny_gemm 8b768acf164e 2f5f13 --set lp_cluster=1 --set lp_stages=8 --scope tp=[8,16]"
+  "skinny_gemm 462a6e349625 2f5f13 --set lp_minctas=2 --scope tp=[8,16]"
 )
