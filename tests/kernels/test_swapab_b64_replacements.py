@@ -46,8 +46,8 @@ REPLACEMENTS = {
     "_b64_midpipe_xg4": {**MIDPIPE, "lp_xgroup": 4},
     # session 67: no split-K in either pipe (one CTA a 64-row tile over all of K, as cuBLAS runs these), 8 stages
     "_b64_nosplit8": {**MIDPIPE, "lp_xgroup": 4, "lp_cluster": 1, "lp_stages": 8},
-    # session 68: the same with ptxas's launch bound for 2 CTAs an SM (without one, ptxas caps the 160-thread
-    # lp_tma kernel near 72 registers and it spills 8 bytes on sm_103a at K 768; with it, 82 and no spill)
+    # session 68: the same with ptxas's launch bound for 2 CTAs an SM (without one, ptxas allocates the 160-thread
+    # lp_tma kernel 72 registers on sm_103a and it spills 8 bytes at K 768; with it, 82 and no spill)
     "_b64_nosplit8mc2": {**MIDPIPE, "lp_xgroup": 4, "lp_cluster": 1, "lp_stages": 8, "lp_minctas": 2},
 }
 NARROWED = ("_b64_nosplit8", "_b64_nosplit8mc2")   # scope: the incumbent's shapes and TPs or a part of them (still B 1..64)

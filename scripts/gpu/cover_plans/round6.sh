@@ -5,13 +5,13 @@
 # than the promoted kernels at B 16..64, still 0.75-0.91x cuBLAS. These renders of 2f5f13 try, without a
 # split: 128-wide stages (lp_sblocks 4, fewer ring waits a K), 2 warps a CTA (32 rows: 224 CTAs, two an SM,
 # every SM busy; with 8 stages or 6 of 128-wide), and the cp.async twin (B 9..32) at 4 stages beside 8 for
-# the lp_tma kernel. Session 68 gave each lp_minctas 2: without a launch bound ptxas capped the 160-thread
-# lp_tma kernel near 72 registers, and two of session 67's renders spilled on sm_103a (2c19e8 12 bytes,
+# the lp_tma kernel. Session 68 gave each lp_minctas 2: without a launch bound ptxas (CUDA 13.0) allocates the
+# 160-thread lp_tma kernel 72 registers on sm_103a, where two of session 67's renders spilled (2c19e8 12 bytes,
 # d70f11 8); with it none spills on sm_103a (TP16, its four shapes), so a winner here can be committed as it
 # is. Round 5's 8b768a (8 stages, no launch bound) runs again beside them: what the bound costs or buys on
-# sm_90a, where 8b768a did not spill (71 registers; with the bound 87). The cap is not the no-split plan's
-# alone: 2f5f13's own lp_tma kernel compiles to 68 registers on sm_90a (84 with the bound), so 462a6e
-# (2f5f13 with lp_minctas 2, its split kept) shows whether the promoted pipes lose to it.
+# sm_90a, where ptxas gives 8b768a's lp_tma kernel 71 registers without it and 87 with it. 2f5f13's own is
+# 68 without, 84 with, so 462a6e (2f5f13 with lp_minctas 2, its split kept) shows whether the promoted pipes
+# would gain from it.
 SKINNY_SHAPES=shared_down,kda_o_proj,mla_o_proj,mla_q_b
 SKINNY_SKIP=kda_o_proj@8,mla_o_proj@8,mla_o_proj@16,mla_q_b@8   # mla_o_proj@16 = kda_o_proj@16; ab4820 runs TP8's
 SKINNY_EXCLUDE=$SKINNY_SKIP
