@@ -36,6 +36,8 @@ PIPE_5E5B0F = {**XLARGE, "lpipe": True, "lp_warps": 4, "lp_mtiles": 1, "lp_stage
                "lp_cluster": 8}                                   # session 58's lpipe plan
 # session 62: B 9..32 the cp.async twin (lp_midpipe), B 33..64 the lp_tma pipe, both per token-tile class
 MIDPIPE = {**PIPE_5E5B0F, "lp_from": 32, "lp_tclass": True, "lp_tma": True, "lp_midpipe": True}
+# session 67: no split-K in either pipe (one CTA a 64-row tile over all of K, as cuBLAS runs these), 8 stages
+NOSPLIT8 = {**MIDPIPE, "lp_xgroup": 4, "lp_cluster": 1, "lp_stages": 8}
 REPLACEMENTS = {
     "_b64_xlarge": XLARGE,
     # session 58: the xlarge loop up to B = 16, lpipe's 5e5b0f plan above it
@@ -44,11 +46,11 @@ REPLACEMENTS = {
     "_b64_tclass": {**PIPE_5E5B0F, "lp_from": 0, "lp_tclass": True},
     "_b64_midpipe": MIDPIPE,
     "_b64_midpipe_xg4": {**MIDPIPE, "lp_xgroup": 4},
-    # session 67: no split-K in either pipe (one CTA a 64-row tile over all of K, as cuBLAS runs these), 8 stages
-    "_b64_nosplit8": {**MIDPIPE, "lp_xgroup": 4, "lp_cluster": 1, "lp_stages": 8},
-    # session 68: the same with ptxas's launch bound for 2 CTAs an SM (without one, ptxas allocates the 160-thread
-    # lp_tma kernel 72 registers on sm_103a and it spills 8 bytes at K 768; with it, 82 and no spill)
-    "_b64_nosplit8mc2": {**MIDPIPE, "lp_xgroup": 4, "lp_cluster": 1, "lp_stages": 8, "lp_minctas": 2},
+    "_b64_nosplit8": NOSPLIT8,
+    # session 68: the same with ptxas's launch bound for 2 CTAs an SM, a register bound only (the 128 KiB ring fits
+    # one CTA an SM). Without it ptxas allocates the 160-thread lp_tma kernel 72 registers on sm_103a and it
+    # spills 8 bytes at K 768; with it, 82 and no spill
+    "_b64_nosplit8mc2": {**NOSPLIT8, "lp_minctas": 2},
 }
 NARROWED = ("_b64_nosplit8", "_b64_nosplit8mc2")   # scope: the incumbent's shapes and TPs or a part of them (still B 1..64)
 
