@@ -16,7 +16,8 @@ SKINNY_SHAPES=shared_down,kda_o_proj,mla_o_proj,mla_q_b
 SKINNY_SKIP=kda_o_proj@8,mla_o_proj@8,mla_o_proj@16,mla_q_b@8   # mla_o_proj@16 = kda_o_proj@16; ab4820 runs TP8's
 SKINNY_EXCLUDE=$SKINNY_SKIP
 SKINNY_BATCHES=16,32,64
-SKINNY_ALSO=(2f5f13de67e1 01f8c367a0bd 59f8b866e4c0 5242eb3d9ff3 cbf6499cf837 63d5fedd6ca2 15dc3f1420b7)   # cbf649, 63d5fe, 15dc3f: round 5's plan (63d5fe, 15dc3f with lp_minctas 2)
+# cbf649, 63d5fe, 15dc3f: round 5's plan as committed points (63d5fe, 15dc3f with lp_minctas 2)
+SKINNY_ALSO=(2f5f13de67e1 01f8c367a0bd 59f8b866e4c0 5242eb3d9ff3 cbf6499cf837 63d5fedd6ca2 15dc3f1420b7)
 RENDERS=(
   "skinny_gemm 2d798126f953 2f5f13 --set lp_cluster=1 --set lp_stages=6 --set lp_sblocks=4 --set lp_minctas=2 --scope tp=[8,16]"
   "skinny_gemm 98df8a0c27f6 2f5f13 --set lp_cluster=1 --set lp_warps=2 --set lp_stages=8 --set lp_minctas=2 --scope tp=[8,16]"
